@@ -1,0 +1,60 @@
+# vllm-fleet: one entry point for setup, checks and the lab.
+# `make test` is what CI runs (.ci/run); it builds .venv itself.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# Lint and syntax-check run with the venv's tools first on PATH (molecule and
+# ansible-lint shell out to ansible-* by name).
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+
+PLAYBOOKS := site.yml $(wildcard playbooks/*.yml)
+
+.PHONY: help venv lint yamllint ansible-lint syntax unit test bench clean
+
+help: ## Show the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+venv: $(STAMP) ## Create or refresh .venv from requirements.txt
+
+$(STAMP): requirements.txt
+	@echo ">> building $(VENV) from requirements.txt"
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	@touch $@
+
+yamllint: $(STAMP)
+	@echo ">> yamllint"
+	$(BIN)/yamllint --strict .
+
+ansible-lint: $(STAMP)
+	@echo ">> ansible-lint (production profile)"
+	$(BIN)/ansible-lint --strict --offline
+
+lint: yamllint ansible-lint ## yamllint + ansible-lint
+
+syntax: $(STAMP) ## ansible-playbook --syntax-check on every playbook
+	@echo ">> syntax check"
+	@for pb in $(PLAYBOOKS); do \
+	  $(BIN)/ansible-playbook --syntax-check -i inventory/example/hosts.yml "$$pb" >/dev/null \
+	    || { echo "syntax check failed: $$pb"; exit 1; }; \
+	  echo "   ok  $$pb"; \
+	done
+
+unit: $(STAMP) ## pytest: module_utils, modules, filters, docs
+	@echo ">> pytest"
+	$(BIN)/python -m pytest -q tests/unit
+
+test: lint syntax unit ## Everything CI runs
+
+bench: $(STAMP) ## Benchmarks (not part of test); see docs/benchmarks.md
+	$(BIN)/python bench/kv_cache_parse.py
+
+clean: ## Remove the venv and caches
+	rm -rf $(VENV) .pytest_cache .cache
