@@ -1,0 +1,64 @@
+"""Helpers the lab tests share: run a playbook as an operator would, and the
+lab's own commands."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+LAB_INVENTORY = REPO / "inventory" / "lab" / "hosts.yml"
+
+
+@dataclass
+class PlayResult:
+    rc: int
+    stats: dict
+    stdout: str
+
+    def changed(self) -> dict:
+        return {h: n for h, n in self.stats.get("changed", {}).items() if n}
+
+    def failed_hosts(self) -> set:
+        return set(self.stats.get("failures", {})) | set(self.stats.get("dark", {}))
+
+
+def run_playbook(playbook: str, *args: str, extravars: dict | None = None, timeout: int = 1800) -> PlayResult:
+    """Run a playbook from the repository root with ansible-runner, as an
+    operator would run ansible-playbook, and return rc, stats and output."""
+    import ansible_runner
+
+    args = list(args)
+    if extravars:
+        fd, path = tempfile.mkstemp(prefix="extravars-", suffix=".json")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(extravars, fh)
+        args += ["-e", "@" + path]
+    cmdline = " ".join(shlex.quote(a) for a in args)
+    env = {
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_FORCE_COLOR": "0",
+        "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
+    }
+    r = ansible_runner.run(
+        private_data_dir=str(REPO / ".cache" / "runner"),
+        project_dir=str(REPO),
+        playbook=str(REPO / playbook),
+        inventory=str(LAB_INVENTORY),
+        cmdline=cmdline or None,
+        envvars=env,
+        quiet=True,
+        timeout=timeout,
+        json_mode=False,
+    )
+    stdout = r.stdout.read()
+    print(stdout[-20000:])
+    return PlayResult(rc=r.rc, stats=r.stats or {}, stdout=stdout)
+
+
+def lab_sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run([str(REPO / "lab" / "lab.sh"), *args], check=check, capture_output=True, text=True, timeout=600)

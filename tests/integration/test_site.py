@@ -1,0 +1,91 @@
+"""site.yml against the lab: a real TP2 engine over Ray across lab1 and lab2.
+
+The tests run in file order and build on each other, as an operator's day
+would: converge, converge again, check mode, change a flag, lose a worker.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from labtools import REPO, lab_sh
+
+REPORT = REPO / "reports" / "site-report.json"
+
+
+def adhoc(host: str, cmd: str) -> str:
+    out = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "ansible"), host, "-m", "ansible.builtin.command", "-a", cmd, "-o"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    return out.stdout + out.stderr
+
+
+def invocation(host: str, unit: str) -> str:
+    out = adhoc(host, f"systemctl show -p InvocationID --value {unit}")
+    return out.strip().rsplit(" ", 1)[-1]
+
+
+def test_first_converge_serves_tp2_over_ray_across_two_hosts(play):
+    r = play("site.yml")
+    assert r.rc == 0, "site.yml failed on the lab"
+    report = json.loads(REPORT.read_text())
+    assert report["mode"] == "direct"
+    (engine,) = report["engines"]
+    assert engine["head"] == "lab1"
+    assert engine["device"] == "CPU"
+    assert engine["vllm_version"].startswith("0.32.0")
+    kv = int(engine["kv_cache_tokens"])
+    assert kv > 0
+    assert int(engine["full_context_sessions"]) == kv // 2048
+    assert engine["flags"]["scheduler_reserve_full_isl"] in (True, "True", "true")
+    assert int(engine["flags"]["tensor_parallel_size"]) == 2
+    assert engine["flags"]["distributed_executor_backend"] == "ray"
+    assert engine["drift"] in (False, "False", "false")
+    assert report["sample_completion"]["text"], "no text came back through the consumers' endpoint"
+    assert report["sample_completion"]["via"] == "lab3"
+    # TP really spans two hosts: lab2 runs the second rank as a Ray actor.
+    assert "RayWorkerProc" in adhoc("lab2", "pgrep -a -f RayWorkerProc")
+    assert "vllm serve" not in adhoc("lab2", "pgrep -a -f 'vllm serve'")
+
+
+def test_second_run_changes_nothing(play):
+    r = play("site.yml")
+    assert r.rc == 0
+    assert r.changed() == {}, f"a second run changed {r.changed()}"
+
+
+def test_check_mode_with_diff_runs_clean(play):
+    r = play("site.yml", "--check", "--diff")
+    assert r.rc == 0
+    assert r.changed() == {}
+
+
+def test_a_changed_flag_restarts_the_whole_engine_and_verifies(play):
+    head_before = invocation("lab1", "vllm.service")
+    ray_before = invocation("lab2", "ray.service")
+    args = {"enforce_eager": True, "kv_cache_memory_bytes": 67108864, "max_num_seqs": 8}
+    r = play("site.yml", extravars={"vllm_server_args": args})
+    assert r.rc == 0
+    assert invocation("lab1", "vllm.service") != head_before
+    assert invocation("lab2", "ray.service") != ray_before, "the worker's Ray node was not restarted with its engine"
+    assert "max_num_seqs" in r.stdout
+    # Back to the inventory's flags (another whole-engine restart).
+    assert play("site.yml").rc == 0
+
+
+def test_a_down_worker_stops_the_play_before_any_restart(play):
+    head_before = invocation("lab1", "vllm.service")
+    lab_sh("fault", "host-stop", "lab2")
+    try:
+        r = play("site.yml", extravars={"vllm_server_args": {"enforce_eager": True, "kv_cache_memory_bytes": 67108864, "max_num_seqs": 4}})
+        assert r.rc != 0
+        assert "lab2" in r.stdout and "Nothing was changed" in r.stdout
+        assert invocation("lab1", "vllm.service") == head_before, "the head was restarted without its worker"
+    finally:
+        lab_sh("fault", "host-start", "lab2")
+    # The worker came back without its Ray node: a converge restarts the engine whole.
+    assert play("site.yml").rc == 0
+    assert "RayWorkerProc" in adhoc("lab2", "pgrep -a -f RayWorkerProc")
