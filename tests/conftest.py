@@ -39,18 +39,32 @@ def _run(module, args: dict, check_mode: bool = False) -> dict:
     """
     if check_mode:
         args = dict(args, _ansible_check_mode=True)
-    captured = {}
+    # Importing controller code (ansible.errors, filter plugins) anywhere in
+    # the test process flips module_utils into controller mode, where
+    # warnings go to the display instead of the result. A module runs on a
+    # target, so run it as one.
+    from ansible.module_utils import _internal as mu_internal
 
-    def fake_exit(code=0):
-        raise ModuleExit(code)
+    was_controller = mu_internal.is_controller
+    mu_internal.is_controller = False
+    try:
+        return _run_target(module, args)
+    finally:
+        mu_internal.is_controller = was_controller
 
+
+def _fake_exit(code=0):
+    raise ModuleExit(code)
+
+
+def _run_target(module, args: dict) -> dict:
     with patch_module_args(args):
         out = sys.stdout
         from io import StringIO
         buf = StringIO()
         sys.stdout = buf
         old_exit = sys.exit
-        sys.exit = fake_exit
+        sys.exit = _fake_exit
         try:
             try:
                 module.main()
@@ -62,6 +76,24 @@ def _run(module, args: dict, check_mode: bool = False) -> dict:
         text = buf.getvalue().strip()
     captured = json.loads(text.splitlines()[-1]) if text else {}
     return captured
+
+
+@pytest.fixture(autouse=True)
+def _fresh_module_warnings():
+    """module.warn() collects into a process-wide store in ansible-core 2.19;
+    clear it so one test's warnings never show up in the next."""
+    from ansible.module_utils.common import warnings
+
+    for store in ("_global_warnings", "_global_deprecations"):
+        getattr(warnings, store, {}).clear()
+    yield
+    for store in ("_global_warnings", "_global_deprecations"):
+        getattr(warnings, store, {}).clear()
+
+
+def warning_texts(result: dict) -> list:
+    """A result's warning texts (2.19 returns WarningSummary dicts)."""
+    return [w["event"]["msg"] if isinstance(w, dict) else w for w in result.get("warnings", [])]
 
 
 @pytest.fixture
