@@ -15,10 +15,12 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 PLAYBOOKS := site.yml $(wildcard playbooks/*.yml)
 
-.PHONY: help venv lint yamllint ansible-lint syntax unit test bench clean
+.PHONY: help venv lint yamllint ansible-lint syntax unit test bench clean demo
+
+include lab/lab.mk
 
 help: ## Show the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 venv: $(STAMP) ## Create or refresh .venv from requirements.txt
 
@@ -52,6 +54,9 @@ unit: $(STAMP) ## pytest: module_utils, modules, filters, docs
 	$(BIN)/python -m pytest -q tests/unit
 
 test: lint syntax unit ## Everything CI runs
+
+demo: $(STAMP) lab-deps lab-up ## Build the lab, run site.yml on it, print the report
+	$(BIN)/ansible-playbook site.yml
 
 bench: $(STAMP) ## Benchmarks (not part of test); see docs/benchmarks.md
 	$(BIN)/python bench/kv_cache_parse.py

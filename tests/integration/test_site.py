@@ -10,6 +10,8 @@ import subprocess
 
 import pytest
 
+pytestmark = pytest.mark.lab
+
 from labtools import REPO, lab_sh
 
 REPORT = REPO / "reports" / "site-report.json"
