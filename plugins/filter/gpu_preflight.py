@@ -1,0 +1,69 @@
+"""Filters of the gpu_preflight role: the engine-wide clock check and the
+per-host report.
+
+The logic lives in ``plugins/module_utils/gpu_preflight.py``; filter plugins
+cannot import the project's module_utils through ``ansible.module_utils``, so
+it is loaded by file path (it depends on the standard library only).
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from ansible.errors import AnsibleFilterError
+
+_PATH = Path(__file__).resolve().parent.parent / "module_utils" / "gpu_preflight.py"
+_NAME = "vllm_fleet_gpu_preflight_logic"
+if _NAME not in sys.modules:
+    _spec = importlib.util.spec_from_file_location(_NAME, _PATH)
+    _module = importlib.util.module_from_spec(_spec)
+    # dataclasses look their module up in sys.modules while the file runs.
+    sys.modules[_NAME] = _module
+    _spec.loader.exec_module(_module)
+_logic = sys.modules[_NAME]
+
+
+def _checks(checks):
+    try:
+        return [_logic.check_from_dict(c) for c in checks or []]
+    except (KeyError, TypeError) as exc:
+        raise AnsibleFilterError(f"not a list of preflight checks: {exc}") from None
+
+
+def clock_skew(peers, hostvars, max_skew_s, engine="", result="__gpu_preflight_info"):
+    """The ``clock_skew`` check of one engine, as a dict.
+
+    ``peers`` is ``engine_peers``' rank-sorted list; the rank-0 host is the
+    reference. Each host's offset is read from its registered module result
+    (``result``), ``None`` when the host has none.
+    """
+    if not peers:
+        raise AnsibleFilterError("gpu_preflight_clock_skew: the engine has no hosts")
+    offsets = {}
+    for peer in peers:
+        registered = hostvars[peer["name"]].get(result) if peer["name"] in hostvars else None
+        offset = registered.get("clock_offset_s") if hasattr(registered, "get") else None
+        offsets[peer["name"]] = None if offset is None else float(offset)
+    head = min(peers, key=lambda p: int(p["rank"]))["name"]
+    return _logic.check_clock_skew(offsets, head, float(max_skew_s), str(engine)).as_dict()
+
+
+def report(checks):
+    """The checks as readable lines (``PASS name: detail`` / ``FAIL ...`` + ``fix:``)."""
+    return _logic.render_report(_checks(checks))
+
+
+def summary(checks):
+    """``{ok, failed_checks, message}`` of a list of checks; the message lists every failure."""
+    ok, failed, message = _logic.summarize(_checks(checks))
+    return {"ok": ok, "failed_checks": failed, "message": message}
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "gpu_preflight_clock_skew": clock_skew,
+            "gpu_preflight_report": report,
+            "gpu_preflight_summary": summary,
+        }

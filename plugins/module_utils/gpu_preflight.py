@@ -1,0 +1,483 @@
+"""Preflight checks of one engine host, one verdict per check.
+
+Each check is a :class:`Check` (``{check, ok, detail, hint}`` as a dict, the
+DeepOps shape: one JSON verdict per check), built from evidence the
+``gpu_preflight_info`` module gathers (``nvidia-smi``, ``/proc/meminfo``,
+``ip -o -4 addr``, ``ss -Htlnp``, ``/proc/<pid>/cgroup``, ``statvfs``) and,
+for the clock, from every host's sample (the ``gpu_preflight_clock_skew``
+filter).
+
+Pure and standard-library only: no AnsibleModule, and no import of the
+project's other module_utils, so the filter plugin can load this file by path.
+The GPU checks take the ``SmiReport`` of :mod:`nvidia_smi`.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import asdict, dataclass, field
+
+GIB = 1024 ** 3
+
+# The checks in report order; the GPU ones are skipped with accelerator=cpu.
+GPU_CHECKS = ("gpu_driver", "gpu_count", "gpu_memory", "cuda_version")
+
+
+class PreflightError(Exception):
+    """Evidence that could not be read (a malformed /proc file or command output)."""
+
+
+@dataclass
+class Check:
+    """One verdict. ``hint`` says what to do; it is empty when ``ok``."""
+
+    check: str
+    ok: bool
+    detail: str
+    hint: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _gib(num_bytes: float) -> str:
+    return f"{num_bytes / GIB:.1f} GiB"
+
+
+def _num(value: float) -> str:
+    return f"{value:g}"
+
+
+# ---- versions --------------------------------------------------------------
+
+def version_tuple(text: str) -> tuple:
+    """``"12.8"`` as ``(12, 8)``; raise ValueError on anything else."""
+    if not isinstance(text, str) or not re.fullmatch(r"\d+(?:\.\d+)*", text.strip()):
+        raise ValueError(f"not a version: {text!r}")
+    return tuple(int(p) for p in text.strip().split("."))
+
+
+def version_at_least(have: str, need: str) -> bool:
+    h, n = version_tuple(have), version_tuple(need)
+    width = max(len(h), len(n))
+    return h + (0,) * (width - len(h)) >= n + (0,) * (width - len(n))
+
+
+# ---- GPU -------------------------------------------------------------------
+
+def check_gpu_driver(report, error=None) -> Check:
+    """nvidia-smi ran and read the driver. ``error`` is an ``NvidiaSmiError``
+    (a ``NvidiaSmiFailure`` carries its ``kind`` and ``hint``)."""
+    if error is not None:
+        kind = getattr(error, "kind", "unreadable_output")
+        hint = getattr(error, "hint", None) or (
+            "Run nvidia-smi on the host and read its output; if it looks normal, "
+            "add it to tests/fixtures/nvidia-smi/ and report it."
+        )
+        return Check(
+            "gpu_driver",
+            False,
+            f"nvidia-smi failed ({kind}): {error}. GPU count, memory and CUDA were not checked.",
+            hint,
+        )
+    names = ", ".join(f"{g.index} {g.name or '?'}" for g in report.gpus) or "none"
+    driver = report.driver_version or "not reported"
+    cuda = report.cuda_version or "not reported"
+    return Check(
+        "gpu_driver", True, f"driver {driver}, CUDA {cuda}; nvidia-smi sees {report.gpu_count} GPU(s): {names}"
+    )
+
+
+def check_gpu_count(report, min_gpus: int) -> Check:
+    count = report.gpu_count
+    if count >= min_gpus:
+        return Check("gpu_count", True, f"{count} GPU(s) visible, {min_gpus} required")
+    return Check(
+        "gpu_count",
+        False,
+        f"{count} GPU(s) visible, {min_gpus} required",
+        "Compare `nvidia-smi -L` with the hardware; a GPU that fell off the bus shows as an Xid 79 "
+        "in `dmesg` and needs a power cycle. Inside a container, pass every GPU in.",
+    )
+
+
+def parse_meminfo(text: str) -> dict:
+    """``/proc/meminfo`` as ``{key: bytes}`` (values are printed in kB)."""
+    values = {}
+    for line in (text or "").splitlines():
+        match = re.match(r"^([A-Za-z0-9_()]+):\s+(\d+)(?:\s+kB)?\s*$", line)
+        if match:
+            factor = 1024 if line.rstrip().endswith("kB") else 1
+            values[match.group(1)] = int(match.group(2)) * factor
+    if "MemTotal" not in values:
+        raise PreflightError("/proc/meminfo has no MemTotal line")
+    return values
+
+
+def check_gpu_memory(report, min_gib: float, meminfo_text: str | None = None):
+    """Every GPU has at least ``min_gib``. Return ``(Check, memory_source)``.
+
+    A unified-memory GPU (GB10: nvidia-smi reports ``[N/A]`` / ``Not
+    Supported``) is measured by the host's MemTotal instead; ``memory_source``
+    is then ``"host meminfo"``, otherwise ``"gpu"``.
+    """
+    parts, short = [], []
+    source = "gpu"
+    host_total = None
+    for gpu in report.gpus:
+        label = f"GPU {gpu.index} {gpu.name or '?'}"
+        if gpu.unified_memory or gpu.memory_total_mib is None:
+            if not gpu.unified_memory:
+                return Check(
+                    "gpu_memory",
+                    False,
+                    f"{label}: nvidia-smi reported no memory total",
+                    "Run `nvidia-smi --query-gpu=memory.total --format=csv` on the host and compare.",
+                ), None
+            source = "host meminfo"
+            if host_total is None:
+                try:
+                    host_total = parse_meminfo(meminfo_text)["MemTotal"]
+                except PreflightError as exc:
+                    return Check(
+                        "gpu_memory",
+                        False,
+                        f"{label} has unified memory (nvidia-smi: [N/A] / Not Supported) and {exc}",
+                        "Check that /proc is mounted and readable on the host.",
+                    ), source
+            have = host_total
+            parts.append(
+                f"{label}: unified memory (nvidia-smi reports [N/A] / Not Supported), "
+                f"host MemTotal from /proc/meminfo {_gib(have)}"
+            )
+        else:
+            have = gpu.memory_total_mib * 1024 ** 2
+            parts.append(f"{label}: {_gib(have)}")
+        if have < min_gib * GIB:
+            short.append(label)
+            parts[-1] += ", too small"
+    detail = "; ".join(parts) or "no GPU"
+    detail += f" (at least {_num(min_gib)} GiB each)"
+    if short:
+        return Check(
+            "gpu_memory",
+            False,
+            detail,
+            "The model's share of the weights plus its KV cache must fit on each GPU. Use a host with "
+            "more GPU memory, or lower gpu_preflight_min_gpu_memory_gib if the model is known to fit.",
+        ), source
+    return Check("gpu_memory", True, detail), source
+
+
+def check_cuda_version(report, min_cuda: str) -> Check:
+    have = report.cuda_version
+    if have is None:
+        return Check(
+            "cuda_version",
+            False,
+            f"nvidia-smi's header shows no CUDA version; CUDA {min_cuda} or newer required",
+            f"Install a driver whose header reads CUDA Version {min_cuda} or newer (CUDA 12.8 came with the "
+            "R570 branch; GB10 ships R580 with CUDA 13.0).",
+        )
+    if version_at_least(have, min_cuda):
+        return Check("cuda_version", True, f"the driver supports CUDA {have}, {min_cuda} required")
+    return Check(
+        "cuda_version",
+        False,
+        f"the driver supports CUDA {have}, {min_cuda} required (driver {report.driver_version or '?'})",
+        f"Upgrade the NVIDIA driver to a branch that supports CUDA {min_cuda} (12.8 came with R570); "
+        "Blackwell GPUs and vLLM's CUDA wheels need it.",
+    )
+
+
+# ---- network ---------------------------------------------------------------
+
+def parse_ip_addr(text: str) -> dict:
+    """``ip -o -4 addr show`` as ``{ifname: ["10.0.0.11/24", ...]}``."""
+    addresses = {}
+    for line in (text or "").splitlines():
+        match = re.match(r"^\d+:\s+(\S+)\s+inet\s+(\d+\.\d+\.\d+\.\d+/\d+)", line)
+        if match:
+            name = match.group(1).split("@", 1)[0]
+            addresses.setdefault(name, []).append(match.group(2))
+    return addresses
+
+
+def _holder(address: str, addresses: dict) -> str | None:
+    for name, cidrs in addresses.items():
+        if any(c.split("/", 1)[0] == address for c in cidrs):
+            return name
+    return None
+
+
+def check_interface(interface, address, interfaces, addresses: dict) -> Check | None:
+    """The engine interface exists and holds the engine address (IPv4).
+
+    ``interfaces`` lists the host's interface names (``/sys/class/net``);
+    ``addresses`` is :func:`parse_ip_addr`'s result. With no interface, the
+    address alone is looked up; with neither, there is nothing to check.
+    """
+    if not interface and not address:
+        return None
+    holder = _holder(address, addresses) if address else None
+    if not interface:
+        if holder:
+            return Check(
+                "engine_interface",
+                True,
+                f"{address} is on {holder}: VLLM_HOST_IP={address}, NCCL_SOCKET_IFNAME={holder}, "
+                f"GLOO_SOCKET_IFNAME={holder}",
+            )
+        return Check(
+            "engine_interface",
+            False,
+            f"the engine address {address} is on no interface of this host",
+            "Set vllm_fleet_address to this host's address on the engine's subnet (`ip -o -4 addr`).",
+        )
+    fix_name = (
+        f" The engine address {address} is on {holder}: set gpu_preflight_interface, vllm_server_socket_ifname "
+        f"and ray_cluster_socket_ifname to {holder}." if holder and holder != interface else ""
+    )
+    if interface not in interfaces:
+        return Check(
+            "engine_interface",
+            False,
+            f"interface {interface} does not exist; this host has {', '.join(sorted(interfaces)) or 'none'}",
+            "Name the interface of the engine's subnet (on a DGX Spark the QSFP link, such as enp1s0f1np1: "
+            "see `ibdev2netdev`)." + fix_name,
+        )
+    own = addresses.get(interface, [])
+    if not own:
+        return Check(
+            "engine_interface",
+            False,
+            f"interface {interface} has no IPv4 address",
+            "Give it its address on the engine's subnet (netplan) and bring it up (`ip link`)." + fix_name,
+        )
+    if address and address not in [c.split("/", 1)[0] for c in own]:
+        where = f"it is on {holder}" if holder else "it is on no interface of this host"
+        return Check(
+            "engine_interface",
+            False,
+            f"the engine address {address} is not on {interface} ({', '.join(own)}); {where}",
+            (fix_name.strip() if holder else
+             "Set vllm_fleet_address to this host's address on the engine's subnet, or assign it to "
+             f"{interface}."),
+        )
+    ip = address or own[0].split("/", 1)[0]
+    return Check(
+        "engine_interface",
+        True,
+        f"{interface} has {', '.join(own)}: VLLM_HOST_IP={ip}, NCCL_SOCKET_IFNAME={interface}, "
+        f"GLOO_SOCKET_IFNAME={interface}",
+    )
+
+
+def check_engine_subnet(interface, address, peers, addresses: dict) -> Check | None:
+    """Every peer of the engine is on a subnet of the engine interface, so
+    Ray, NCCL and Gloo reach it directly and not through the default route."""
+    peers = [p for p in peers or [] if p != address]
+    if not peers:
+        return None
+    name = interface or (_holder(address, addresses) if address else None)
+    networks = [ipaddress.ip_interface(c).network for c in addresses.get(name, [])] if name else []
+    if not networks:
+        return Check(
+            "engine_subnet",
+            False,
+            f"cannot check the peers {', '.join(peers)}: no engine interface with an IPv4 address",
+            "Fix engine_interface first.",
+        )
+    away = [p for p in peers if not any(ipaddress.ip_address(p) in n for n in networks)]
+    nets = ", ".join(str(n) for n in networks)
+    if away:
+        return Check(
+            "engine_subnet",
+            False,
+            f"peer(s) {', '.join(away)} not on {name}'s subnet {nets}: traffic to them would leave "
+            "through another route",
+            "Put every host of the engine on one subnet of the engine interface, or correct their "
+            "vllm_fleet_address.",
+        )
+    return Check("engine_subnet", True, f"peer(s) {', '.join(peers)} on {name}'s subnet {nets}")
+
+
+# ---- ports -----------------------------------------------------------------
+
+@dataclass
+class Listener:
+    address: str
+    port: int
+    processes: list = field(default_factory=list)  # [(name, pid)]
+
+
+_SS_PROCESS = re.compile(r'\("((?:[^"\\]|\\.)*)",pid=(\d+)')
+
+
+def parse_ss(text: str) -> list:
+    """``ss -Htln`` / ``ss -Htlnp`` (no header) as :class:`Listener` s.
+
+    The process column appears only with ``-p`` and only for sockets the
+    caller may inspect (root sees all).
+    """
+    listeners = []
+    for line in (text or "").splitlines():
+        parts = line.split()
+        if len(parts) < 5:
+            continue
+        if not parts[1].isdigit():
+            raise PreflightError(f"not `ss -Htln` output (a header or another format?): {line.strip()}")
+        local = parts[3]
+        host, _, port = local.rpartition(":")
+        if not port.isdigit():
+            continue
+        procs = [(m.group(1), int(m.group(2))) for m in _SS_PROCESS.finditer(" ".join(parts[5:]))]
+        listeners.append(Listener(address=host, port=int(port), processes=procs))
+    return listeners
+
+
+def cgroup_units(text: str) -> list:
+    """The systemd units (``*.service``, ``*.scope``) on a ``/proc/<pid>/cgroup`` path."""
+    units = []
+    for line in (text or "").splitlines():
+        path = line.split(":", 2)[-1]
+        for part in path.split("/"):
+            if part.endswith((".service", ".scope")) and part not in units:
+                units.append(part)
+    return units
+
+
+def check_ports(ports, listeners, units_by_pid: dict, owner_units) -> Check | None:
+    """The required ports are free, or held by the toolkit's own units.
+
+    A listener counts as the toolkit's own when one of its processes runs in
+    the cgroup of a unit in ``owner_units`` (``ray.service``,
+    ``vllm.service``): on a re-run Ray and vLLM hold these ports themselves.
+    """
+    if not ports:
+        return None
+    owners = set(owner_units or [])
+    free, ours, busy = [], [], []
+    for port in ports:
+        held = [lst for lst in listeners if lst.port == port]
+        if not held:
+            free.append(str(port))
+            continue
+        procs = [p for lst in held for p in lst.processes]
+        if not procs:
+            busy.append(f"{port} held by a process ss did not name (run the check as root)")
+            continue
+        unit_names = {pid: units_by_pid.get(pid, []) for _, pid in procs}
+        foreign = [(n, pid) for n, pid in procs if not owners.intersection(unit_names[pid])]
+        if foreign:
+            who = ", ".join(
+                f"{n} (pid {pid}{', ' + ' '.join(unit_names[pid]) if unit_names[pid] else ''})" for n, pid in foreign
+            )
+            busy.append(f"{port} held by {who}")
+        else:
+            name, pid = procs[0]
+            unit = next(u for u in unit_names[pid] if u in owners)
+            ours.append(f"{port} held by the toolkit's own {unit} ({name}, pid {pid})")
+    parts = busy + ours + ([", ".join(free) + " free"] if free else [])
+    detail = "; ".join(parts)
+    if busy:
+        return Check(
+            "ports_free",
+            False,
+            detail,
+            "Stop the other service, or move the engine to free ports (ray_cluster_port, vllm_server_port, "
+            "vllm_server_master_port) and list them in gpu_preflight_ports. See `ss -Htlnp 'sport = :PORT'`.",
+        )
+    return Check("ports_free", True, detail)
+
+
+# ---- disk ------------------------------------------------------------------
+
+def check_disk(path: str, measured_path: str, free_bytes: int, staged_bytes: int, min_gib: float) -> Check:
+    """Room for the model at ``path``: free space plus what is already staged
+    there (a re-run must not fail because the model itself fills the disk)."""
+    where = "" if measured_path == path else f" (not there yet: measured on {measured_path})"
+    have = free_bytes + staged_bytes
+    detail = (
+        f"{path}{where}: {_gib(free_bytes)} free + {_gib(staged_bytes)} already staged = {_gib(have)}, "
+        f"{_num(min_gib)} GiB required"
+    )
+    if have >= min_gib * GIB:
+        return Check("disk_free", True, detail)
+    return Check(
+        "disk_free",
+        False,
+        detail,
+        "Free space on that filesystem, or stage the model elsewhere (vllm_install_model_dir) and point "
+        "gpu_preflight_disk_path at it.",
+    )
+
+
+# ---- clock -----------------------------------------------------------------
+
+def check_clock_skew(offsets: dict, reference: str, max_skew_s: float, engine: str = "") -> Check:
+    """Clocks of one engine's hosts agree within ``max_skew_s`` seconds.
+
+    ``offsets`` maps each host to its clock minus the controller's when the
+    probe was sent (``None``: no sample). The dispatch delay is in every
+    offset alike, so host-to-host differences are the skew. Measured against
+    ``reference`` (the engine's head).
+    """
+    label = f"engine {engine}: " if engine else ""
+    missing = [h for h, o in offsets.items() if o is None]
+    if missing:
+        return Check(
+            "clock_skew",
+            False,
+            f"{label}no clock sample from {', '.join(missing)}",
+            "Their preflight probe did not run or failed; fix that first.",
+        )
+    if reference not in offsets:
+        return Check("clock_skew", False, f"{label}no clock sample from the head {reference}",
+                     "The head's preflight probe did not run; fix that first.")
+    others = {h: o - offsets[reference] for h, o in offsets.items() if h != reference}
+    if not others:
+        return Check("clock_skew", True, f"{label}one host ({reference}), nothing to compare")
+    parts = [f"{h} {s:+.3f} s" for h, s in others.items()]
+    worst = max(abs(s) for s in others.values())
+    detail = f"{label}{', '.join(parts)} against the head {reference} (at most {_num(max_skew_s)} s)"
+    if worst <= max_skew_s:
+        return Check("clock_skew", True, detail)
+    return Check(
+        "clock_skew",
+        False,
+        detail,
+        "Synchronise the clocks from one NTP source on every host (`timedatectl set-ntp true`, "
+        "`chronyc tracking` shows the offset); skewed clocks scramble the engine's logs and break TLS "
+        "and token expiry checks.",
+    )
+
+
+# ---- the verdict -----------------------------------------------------------
+
+def summarize(checks) -> tuple:
+    """``(ok, failed_check_names, message)``; the message lists every failure."""
+    failed = [c for c in checks if not c.ok]
+    if not failed:
+        return True, [], f"all {len(checks)} preflight checks passed"
+    lines = [f"{len(failed)} of {len(checks)} preflight checks failed:"]
+    for c in failed:
+        lines.append(f"- {c.check}: {c.detail}")
+        if c.hint:
+            lines.append(f"  fix: {c.hint}")
+    return False, [c.check for c in failed], "\n".join(lines)
+
+
+def render_report(checks) -> list:
+    """One line per check (``PASS``/``FAIL``), a ``fix:`` line under each failure."""
+    lines = []
+    for c in checks:
+        lines.append(f"{'PASS' if c.ok else 'FAIL'} {c.check}: {c.detail}")
+        if not c.ok and c.hint:
+            lines.append(f"     fix: {c.hint}")
+    return lines
+
+
+def check_from_dict(data: dict) -> Check:
+    """A check back from its dict (as registered by the module)."""
+    return Check(str(data["check"]), bool(data["ok"]), str(data.get("detail", "")), str(data.get("hint", "")))

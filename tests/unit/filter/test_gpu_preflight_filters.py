@@ -1,0 +1,80 @@
+"""Tests for plugins/filter/gpu_preflight.py: the engine's clock check from
+every host's registered probe, and the per-host report and summary."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from ansible.module_utils import _internal as _mu_internal
+
+# Importing the controller's ansible.errors (as filter plugins do) marks the
+# whole test process as the controller, after which modules run in-process send
+# their warnings to the display instead of their result. Keep the flag as it was.
+_was_controller = _mu_internal.is_controller
+from ansible.errors import AnsibleFilterError  # noqa: E402
+
+PLUGIN = Path(__file__).resolve().parents[3] / "plugins" / "filter" / "gpu_preflight.py"
+_spec = importlib.util.spec_from_file_location("gpu_preflight_filter_under_test", PLUGIN)
+plugin = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(plugin)
+_mu_internal.is_controller = _was_controller
+FILTERS = plugin.FilterModule().filters()
+
+PEERS = [
+    {"name": "spark1", "rank": 0, "address": "192.168.177.11"},
+    {"name": "spark2", "rank": 1, "address": "192.168.177.12"},
+]
+
+
+def probe(offset):
+    return {"__gpu_preflight_info": {"clock_offset_s": offset, "checks": []}}
+
+
+def test_filters_are_registered():
+    assert set(FILTERS) == {"gpu_preflight_clock_skew", "gpu_preflight_report", "gpu_preflight_summary"}
+
+
+@pytest.mark.parametrize(
+    "hostvars,ok,detail",
+    [
+        ({"spark1": probe(0.412), "spark2": probe(0.398)}, True,
+         "engine engine_a: spark2 -0.014 s against the head spark1 (at most 2 s)"),
+        ({"spark1": probe(0.412), "spark2": probe(7.412)}, False,
+         "engine engine_a: spark2 +7.000 s against the head spark1 (at most 2 s)"),
+        ({"spark1": probe(0.412), "spark2": {}}, False, "engine engine_a: no clock sample from spark2"),
+        ({"spark1": probe(0.412)}, False, "engine engine_a: no clock sample from spark2"),
+    ],
+)
+def test_clock_skew(hostvars, ok, detail):
+    check = FILTERS["gpu_preflight_clock_skew"](list(reversed(PEERS)), hostvars, "2.0", "engine_a")
+    assert check["check"] == "clock_skew"
+    assert (check["ok"], check["detail"]) == (ok, detail)
+
+
+def test_clock_skew_needs_peers():
+    with pytest.raises(AnsibleFilterError):
+        FILTERS["gpu_preflight_clock_skew"]([], {}, 2, "engine_a")
+
+
+def test_report_and_summary():
+    checks = [
+        {"check": "gpu_driver", "ok": True, "detail": "driver 580.126.09", "hint": ""},
+        {"check": "clock_skew", "ok": False, "detail": "spark2 +7.000 s", "hint": "Synchronise the clocks."},
+    ]
+    assert FILTERS["gpu_preflight_report"](checks) == [
+        "PASS gpu_driver: driver 580.126.09",
+        "FAIL clock_skew: spark2 +7.000 s",
+        "     fix: Synchronise the clocks.",
+    ]
+    assert FILTERS["gpu_preflight_summary"](checks) == {
+        "ok": False,
+        "failed_checks": ["clock_skew"],
+        "message": "1 of 2 preflight checks failed:\n- clock_skew: spark2 +7.000 s\n  fix: Synchronise the clocks.",
+    }
+
+
+def test_report_refuses_other_data():
+    with pytest.raises(AnsibleFilterError):
+        FILTERS["gpu_preflight_report"]([{"detail": "no name"}])
