@@ -1,0 +1,220 @@
+# shellcheck shell=bash
+# `fault KNOB HOST ...`: fault knobs, each with one command to apply and one to undo.
+# All are applied from the root namespace (outside the host), so they work whatever state the
+# host's own services are in, and Ansible running inside the host cannot see or undo them.
+
+# Engine processes are found by the titles vLLM (setproctitle) and Ray give them, among the
+# processes of that host's cgroup tree only.
+LAB_ENGINE_CORE_RE=${LAB_ENGINE_CORE_RE:-'^VLLM::EngineCore'}
+LAB_ENGINE_PROC_RE=${LAB_ENGINE_PROC_RE:-'^(VLLM::EngineCore|VLLM::Worker|ray::RayWorkerProc)'}
+LAB_GATE_UNIT=${LAB_GATE_UNIT:-vllm-fleet-gate.service}
+CPU_CG=/sys/fs/cgroup/cpu
+
+# PIDs (root-namespace view) of host $1's processes whose command line matches regex $2.
+host_procs_matching() {
+  local name=$1 re=$2 p cmd
+  for p in $(host_pids "$name"); do
+    cmd=$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null) || continue
+    [[ $cmd =~ $re ]] && echo "$p"
+  done
+}
+proc_title() { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | cut -c1-40 | sed 's/ *$//'; }
+describe_pids() {
+  local p out=()
+  for p in "$@"; do out+=("$p=$(proc_title "$p")"); done
+  echo "${out[*]}"
+}
+
+need_running_host() {
+  check_host_name "$1"
+  host_running "$1" || die "$1 is not running (lab/lab.sh status; lab/lab.sh up)"
+}
+
+# ---- slow-prefill: a CFS CPU quota on the host's engine processes ---------------------------------
+# The hosts' own cgroup-v1 controllers are read-only, so CPUQuota= in a unit is not enforced, and
+# cpulimit (SIGSTOP duty cycles) does not move TTFT (lab-tp2 §6a). This knob makes a cgroup in the
+# root side's v1 cpu hierarchy, /sys/fs/cgroup/cpu/lab/HOST/slow-prefill, with cfs_quota = QUOTA % of
+# one CPU, and moves the engine processes (EngineCore, Worker_TP*, RayWorkerProc) into it. Threads
+# and any children they fork follow; the processes' systemd (name=systemd) cgroup is untouched, so
+# the units do not notice. It lasts exactly as long as those processes: a restart of the engine
+# makes new processes, which the host's systemd starts in the root cpu cgroup, unthrottled. So it
+# persists until the engine restarts, and a restart is the recovery. Measured in lab-tp2 §6a:
+# EngineCore 30 % → TTFT median 100 ms (from 42), EngineCore + Worker_TP0 sharing 30 % → 177 ms.
+fault_slow_prefill() {
+  local name=${1:-} quota=${2:-30}
+  [[ -n $name ]] || die "usage: lab.sh fault slow-prefill HOST [QUOTA%]  (QUOTA: % of one CPU, 1-200, default 30)"
+  need_running_host "$name"
+  [[ $quota =~ ^[0-9]+$ ]] && ((quota >= 1 && quota <= 200)) || die "QUOTA must be 1..200 (% of one CPU), got '$quota'"
+  local pids
+  mapfile -t pids < <(host_procs_matching "$name" "$LAB_ENGINE_PROC_RE")
+  ((${#pids[@]})) || die "no vLLM engine process in $name (titles matching $LAB_ENGINE_PROC_RE): is vLLM serving there?"
+  local cg=$CPU_CG/$LAB_CGROUP/$name/slow-prefill p orig
+  mkdir -p "$cg"
+  echo 100000 >"$cg/cpu.cfs_period_us"
+  echo $((quota * 1000)) >"$cg/cpu.cfs_quota_us"
+  for p in "${pids[@]}"; do
+    orig=$(awk -F: '$2 == "cpu" || $2 ~ /(^|,)cpu(,|$)/ { print $3; exit }' "/proc/$p/cgroup" 2>/dev/null)
+    [[ $orig == "/$LAB_CGROUP/$name/slow-prefill" ]] && continue
+    echo "$p ${orig:-/}" >>"$STATE_DIR/$name.fault.slow-prefill"
+    echo "$p" >"$cg/cgroup.procs" || warn "could not move pid $p (exited?)"
+  done
+  log "fault slow-prefill $name: $(describe_pids "${pids[@]}") now share a ${quota}% CPU quota ($cg)"
+  log "  lasts until those processes exit (an engine restart clears it); undo: lab/lab.sh fault slow-prefill-off $name"
+}
+
+fault_slow_prefill_off() {
+  local name=${1:-} quiet=${2:-}
+  [[ -n $name ]] || die "usage: lab.sh fault slow-prefill-off HOST"
+  check_host_name "$name"
+  local cg=$CPU_CG/$LAB_CGROUP/$name/slow-prefill p orig stat=""
+  if [[ ! -d $cg ]]; then
+    [[ -n $quiet ]] || log "fault slow-prefill-off $name: no quota in place; nothing to do"
+    rm -f "$STATE_DIR/$name.fault.slow-prefill"
+    return 0
+  fi
+  stat=$(awk '{ printf "%s=%s ", $1, $2 }' "$cg/cpu.stat" 2>/dev/null)
+  # Back to where each came from (normally the root cpu cgroup).
+  for p in $(cat "$cg/cgroup.procs" 2>/dev/null); do
+    orig=$(awk -v p="$p" '$1 == p { print $2 }' "$STATE_DIR/$name.fault.slow-prefill" 2>/dev/null)
+    [[ -d $CPU_CG${orig:-/} ]] || orig=/
+    echo "$p" >"$CPU_CG${orig%/}/cgroup.procs" 2>/dev/null || echo "$p" >"$CPU_CG/cgroup.procs" 2>/dev/null || true
+  done
+  rmdir "$cg" 2>/dev/null || warn "could not remove $cg"
+  rmdir "$CPU_CG/$LAB_CGROUP/$name" "$CPU_CG/$LAB_CGROUP" 2>/dev/null || true
+  rm -f "$STATE_DIR/$name.fault.slow-prefill"
+  [[ -n $quiet ]] || log "fault slow-prefill-off $name: quota removed (${stat% })"
+}
+
+# ---- wedge: SIGSTOP the engine core --------------------------------------------------------------
+# The API server keeps answering /health (200, slower) while nothing generates; clients see the stall
+# only through their own timeouts. A stall longer than VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (default
+# 300 s) kills the engine (lab-tp2 §6b). On a host without an EngineCore (the headless TP rank),
+# the engine workers are stopped instead, which looks the same from the API.
+fault_wedge() {
+  local name=${1:-}
+  [[ -n $name ]] || die "usage: lab.sh fault wedge HOST"
+  need_running_host "$name"
+  local pids
+  mapfile -t pids < <(host_procs_matching "$name" "$LAB_ENGINE_CORE_RE")
+  ((${#pids[@]})) || mapfile -t pids < <(host_procs_matching "$name" "$LAB_ENGINE_PROC_RE")
+  ((${#pids[@]})) || die "no vLLM engine process in $name (titles matching $LAB_ENGINE_PROC_RE): is vLLM serving there?"
+  kill -STOP "${pids[@]}"
+  printf '%s\n' "${pids[@]}" >>"$STATE_DIR/$name.fault.wedge"
+  log "fault wedge $name: SIGSTOP $(describe_pids "${pids[@]}"); undo: lab/lab.sh fault unwedge $name"
+}
+
+fault_unwedge() {
+  local name=${1:-} quiet=${2:-}
+  [[ -n $name ]] || die "usage: lab.sh fault unwedge HOST"
+  check_host_name "$name"
+  local pids=() p
+  [[ -f $STATE_DIR/$name.fault.wedge ]] && mapfile -t pids <"$STATE_DIR/$name.fault.wedge"
+  # Also any engine process left stopped (state T) by other means.
+  for p in $(host_procs_matching "$name" "$LAB_ENGINE_PROC_RE"); do
+    [[ "$(awk '{ print $3 }' "/proc/$p/stat" 2>/dev/null)" == T ]] && pids+=("$p")
+  done
+  rm -f "$STATE_DIR/$name.fault.wedge"
+  ((${#pids[@]})) || {
+    [[ -n $quiet ]] || log "fault unwedge $name: nothing stopped; nothing to do"
+    return 0
+  }
+  mapfile -t pids < <(printf '%s\n' "${pids[@]}" | sort -un)
+  kill -CONT "${pids[@]}" 2>/dev/null || true
+  [[ -n $quiet ]] || log "fault unwedge $name: SIGCONT ${pids[*]}"
+}
+
+# ---- host-stop / host-start ----------------------------------------------------------------------
+# Default: power loss. The host's link goes down (peers get no answer, not a refusal) and its PID 1
+# is SIGKILLed, ending every process in it at once. --graceful halts it cleanly first (units stop).
+# The host's disk (overlay) and netns are kept, so host-start boots the same host again.
+fault_host_stop() {
+  local name=${1:-} mode=hard
+  [[ ${2:-} == --graceful ]] && mode=clean
+  [[ -n $name ]] || die "usage: lab.sh fault host-stop HOST [--graceful]"
+  check_host_name "$name"
+  if ! host_running "$name"; then
+    log "fault host-stop $name: not running; nothing to do"
+    return 0
+  fi
+  local t0
+  t0=$(now_ms)
+  [[ $mode == hard ]] && ip link set "veth-$name" down
+  stop_nspawn "$name" "$mode"
+  ip link set "veth-$name" down 2>/dev/null
+  fault_clear_host "$name"
+  touch "$STATE_DIR/$name.host-stop"
+  log "fault host-stop $name: stopped ($mode, $(secs_since "$t0")s); disk kept; undo: lab/lab.sh fault host-start $name"
+}
+
+fault_host_start() {
+  local name=${1:-}
+  [[ -n $name ]] || die "usage: lab.sh fault host-start HOST"
+  check_host_name "$name"
+  need_cmds systemd-nspawn
+  if host_running "$name"; then
+    log "fault host-start $name: already running; nothing to do"
+    return 0
+  fi
+  built_ok || die "lab artefacts missing: run \`lab/lab.sh build\`"
+  local t0
+  t0=$(now_ms)
+  mkdir -p "$HOSTS_DIR" "$LOG_DIR" "$STATE_DIR"
+  ensure_runtime_mounts
+  ensure_bridge
+  start_host "$name"
+  ip link set "veth-$name" up
+  wait_ssh "$name"
+  log "fault host-start $name: back, sshd answers ($(secs_since "$t0")s)"
+}
+
+# ---- kill-gate: kill -9 the gate service's main process ------------------------------------------
+fault_kill_gate() {
+  local name=${1:-} unit=${2:-$LAB_GATE_UNIT}
+  [[ -n $name ]] || die "usage: lab.sh fault kill-gate HOST [UNIT]  (UNIT default: $LAB_GATE_UNIT)"
+  need_running_host "$name"
+  local main new deadline
+  main=$(host_exec "$name" systemctl show -P MainPID "$unit" 2>/dev/null) || main=0
+  [[ $main =~ ^[1-9][0-9]*$ ]] || die "$unit has no main process on $name (not installed or not running: systemctl status $unit)"
+  host_exec "$name" kill -KILL "$main"
+  log "fault kill-gate $name: kill -9 $unit main pid $main (pid in $name); systemd restarts it if the unit says Restart="
+  deadline=$((SECONDS + ${LAB_GATE_RESTART_WAIT:-15}))
+  while ((SECONDS < deadline)); do
+    new=$(host_exec "$name" systemctl show -P MainPID "$unit" 2>/dev/null) || new=0
+    if [[ $new =~ ^[1-9][0-9]*$ && $new != "$main" ]]; then
+      log "  $unit restarted: main pid $new"
+      return 0
+    fi
+    sleep 0.5
+  done
+  log "  $unit not restarted within ${LAB_GATE_RESTART_WAIT:-15}s (state: $(host_exec "$name" systemctl is-active "$unit" 2>/dev/null))"
+}
+
+# ---- bookkeeping used by status and down ---------------------------------------------------------
+fault_list() {
+  local name=$1 out=()
+  [[ -d $CPU_CG/$LAB_CGROUP/$name/slow-prefill ]] && out+=("slow-prefill($(($(cat "$CPU_CG/$LAB_CGROUP/$name/slow-prefill/cpu.cfs_quota_us") / 1000))%)")
+  [[ -s $STATE_DIR/$name.fault.wedge ]] && out+=(wedge)
+  [[ -e $STATE_DIR/$name.host-stop ]] && out+=(host-stop)
+  echo "${out[*]}"
+}
+
+fault_clear_host() {
+  fault_unwedge "$1" quiet
+  fault_slow_prefill_off "$1" quiet
+}
+
+cmd_fault() {
+  local knob=${1:-}
+  shift || true
+  need_root
+  case $knob in
+  slow-prefill) fault_slow_prefill "$@" ;;
+  slow-prefill-off) fault_slow_prefill_off "$@" ;;
+  wedge) fault_wedge "$@" ;;
+  unwedge) fault_unwedge "$@" ;;
+  host-stop) fault_host_stop "$@" ;;
+  host-start) fault_host_start "$@" ;;
+  kill-gate) fault_kill_gate "$@" ;;
+  *) die "usage: lab.sh fault {slow-prefill HOST [QUOTA%] | slow-prefill-off HOST | wedge HOST | unwedge HOST | host-stop HOST [--graceful] | host-start HOST | kill-gate HOST [UNIT]}" ;;
+  esac
+}

@@ -1,0 +1,329 @@
+# shellcheck shell=bash
+# `up`, `down`, `status`, `ssh`: the hosts themselves.
+# A host = network namespace labN (veth eth0 on bridge br-lab, 10.200.0.1N/24, no default route)
+#        + overlay (upper per host, lower = the shared base) + systemd-nspawn booting it (nspawn-host.sh)
+#        + its own cgroups /sys/fs/cgroup/{systemd,unified}/lab/labN.
+
+SSH_OPTS=(-i "$SSH_KEY" -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null
+  -o LogLevel=ERROR -o ConnectTimeout=3)
+LAB_UP_TIMEOUT=${LAB_UP_TIMEOUT:-120}       # s to wait for sshd on all hosts
+LAB_STOP_TIMEOUT=${LAB_STOP_TIMEOUT:-40}    # s for a clean in-guest halt before the host is killed
+
+now_ms() { date +%s%3N; }
+secs_since() { awk -v a="$1" -v b="$(now_ms)" 'BEGIN { printf "%.1f", (b - a) / 1000 }'; }
+
+check_host_name() {
+  [[ $1 =~ ^lab([1-9])$ ]] || die "unknown host '$1': lab hosts are named lab1..lab$LAB_MAX_HOSTS"
+}
+
+wrapper_pid() { cat "$STATE_DIR/$1.pid" 2>/dev/null || true; }
+host_running() {
+  local pid
+  pid=$(wrapper_pid "$1")
+  [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null && grep -qa nspawn-host "/proc/$pid/cmdline" 2>/dev/null
+}
+# Host PIDs (as the root namespace sees them) of every process inside host $1.
+host_pids() { find "/sys/fs/cgroup/systemd/$LAB_CGROUP/$1/payload" -name cgroup.procs -exec cat {} + 2>/dev/null || true; }
+# The host's PID 1 (its systemd), seen from the root namespace.
+host_init_pid() {
+  local p
+  for p in $(host_pids "$1"); do
+    if awk '/^NSpid:/ { exit !($NF == 1 && NF > 2) }' "/proc/$p/status" 2>/dev/null; then
+      echo "$p"
+      return 0
+    fi
+  done
+  return 1
+}
+# Run a command inside host $1's namespaces from the root side (no ssh needed).
+host_exec() {
+  local name=$1 init
+  shift
+  init=$(host_init_pid "$name") || die "$name is not running"
+  nsenter -t "$init" -m -u -i -n -p -- env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "$@"
+}
+ssh_ok() { ssh "${SSH_OPTS[@]}" -o ConnectTimeout=2 "root@$(host_ip "$1")" true >/dev/null 2>&1; }
+
+# ---- pieces of a host ----------------------------------------------------------------------------
+ensure_runtime_mounts() {
+  mkdir -p "$STATE_DIR"
+  # nspawn keeps per-machine propagation dirs here; on disk (/run is not a tmpfs on this machine)
+  # its teardown refuses to remove them ("…we can't allow that"). A tmpfs fixes it.
+  if ! mountpoint -q /run/systemd/nspawn 2>/dev/null; then
+    [[ -d /run/systemd/nspawn ]] || {
+      mkdir -p /run/systemd/nspawn
+      touch "$STATE_DIR/made-nspawn-dir"
+    }
+    mount -t tmpfs -o mode=0755,size=16m lab-nspawn /run/systemd/nspawn
+    touch "$STATE_DIR/made-nspawn-tmpfs"
+  fi
+  # `ip netns add` makes /run/netns and turns it into a mount point of its own; note if it was us.
+  [[ -d /run/netns || -e $STATE_DIR/made-run-netns-dir ]] || touch "$STATE_DIR/made-run-netns-dir"
+  if ! mountpoint -q /run/netns 2>/dev/null && [[ ! -e $STATE_DIR/made-run-netns ]]; then
+    touch "$STATE_DIR/made-run-netns"
+  fi
+}
+
+ensure_bridge() {
+  if ! ip link show "$LAB_BRIDGE" >/dev/null 2>&1; then
+    ip link add "$LAB_BRIDGE" type bridge
+  fi
+  ip addr replace "$LAB_GW/24" dev "$LAB_BRIDGE"
+  ip link set "$LAB_BRIDGE" up
+}
+
+ensure_netns() {
+  local name=$1 ip
+  ip=$(host_ip "$name")
+  ip netns list 2>/dev/null | grep -qw "^$name" || ip netns add "$name"
+  if ! ip link show "veth-$name" >/dev/null 2>&1; then
+    ip link add "veth-$name" type veth peer name eth0 netns "$name"
+  fi
+  ip link set "veth-$name" master "$LAB_BRIDGE" up
+  ip -n "$name" addr replace "$ip/24" dev eth0
+  ip -n "$name" link set lo up
+  ip -n "$name" link set eth0 up
+}
+
+# Identity that must differ per host, written into the host's own overlay layer.
+write_identity() {
+  local name=$1 m=$2
+  [[ -s $m/etc/machine-id ]] || tr -d - </proc/sys/kernel/random/uuid >"$m/etc/machine-id"
+  echo "$name" >"$m/etc/hostname"
+  # Debian installer style: own name on 127.0.1.1, no peers (the lab has no site DNS: use addresses).
+  cat >"$m/etc/hosts" <<EOF
+127.0.0.1	localhost
+127.0.1.1	$name
+::1	localhost ip6-localhost ip6-loopback
+EOF
+  install -d -m 0700 "$m/root/.ssh"
+  install -m 0600 "$SSH_KEY.pub" "$m/root/.ssh/authorized_keys"
+}
+
+start_host() {
+  local name=$1 d=$HOSTS_DIR/$1
+  host_running "$name" && return 0
+  ensure_netns "$name"
+  mkdir -p "$d/upper" "$d/work" "$d/merged"
+  mountpoint -q "$d/merged" ||
+    mount -t overlay overlay -o "lowerdir=$BASE,upperdir=$d/upper,workdir=$d/work" "$d/merged"
+  write_identity "$name" "$d/merged"
+  rm -f "$STATE_DIR/$name.stopping" "$STATE_DIR/$name.host-stop"
+  # Detached (own session), the lab lock (fd 9) not inherited; its output is the console log.
+  setsid "$LAB_ROOT/lib/nspawn-host.sh" "$name" "$d/merged" "$STATE_DIR/$name.stopping" \
+    --bind-ro="$APTREPO:/srv/aptrepo" --bind-ro="$WHEELS:/wheels" --bind-ro="$MODELS:/srv/models" \
+    </dev/null >>"$LOG_DIR/$name.console.log" 2>&1 9>&- &
+  echo $! >"$STATE_DIR/$name.pid"
+}
+
+# Wait until sshd answers on every named host, with progress and a deadline.
+wait_ssh() {
+  local deadline=$((SECONDS + LAB_UP_TIMEOUT)) pending=("$@") next=() h last=$SECONDS
+  while ((${#pending[@]})); do
+    next=()
+    for h in "${pending[@]}"; do
+      if ssh_ok "$h"; then
+        log "  $h ($(host_ip "$h")): sshd answers"
+      elif ! host_running "$h"; then
+        show_log_tail "$LOG_DIR/$h.console.log" 30
+        die "$h: systemd-nspawn exited during boot; console log: $LOG_DIR/$h.console.log"
+      else
+        next+=("$h")
+      fi
+    done
+    pending=("${next[@]}")
+    ((${#pending[@]})) || break
+    if ((SECONDS >= deadline)); then
+      for h in "${pending[@]}"; do show_log_tail "$LOG_DIR/$h.console.log" 30; done
+      die "sshd did not answer on ${pending[*]} within ${LAB_UP_TIMEOUT}s; console logs under $LOG_DIR; debug: \`lab/lab.sh status\`"
+    fi
+    if ((SECONDS - last >= 5)); then
+      log "  waiting for sshd on ${pending[*]} ($((LAB_UP_TIMEOUT - (deadline - SECONDS)))s)"
+      last=$SECONDS
+    fi
+    sleep 0.3
+  done
+}
+
+# ---- up ------------------------------------------------------------------------------------------
+cmd_up() {
+  local n=${1:-3}
+  [[ $n =~ ^[1-9]$ ]] || die "usage: lab.sh up [N]  (N = number of hosts, 1..$LAB_MAX_HOSTS; default 3)"
+  need_root
+  need_cmds systemd-nspawn ssh ip nsenter
+  built_ok || die "lab artefacts missing (base, apt repo, wheelhouse, ssh key or model under $LAB_DIR): run \`lab/lab.sh build\` first"
+  local t0 i name todo=() waitfor=()
+  t0=$(now_ms)
+  for ((i = 1; i <= n; i++)); do
+    name=lab$i
+    if host_running "$name" && ssh_ok "$name"; then continue; fi
+    todo+=("$name")
+  done
+  if ((${#todo[@]} == 0)); then
+    log "up: lab1..lab$n already up and answering ssh; nothing to do"
+    return 0
+  fi
+  mkdir -p "$HOSTS_DIR" "$LOG_DIR" "$STATE_DIR"
+  ensure_runtime_mounts
+  ensure_bridge
+  for name in "${todo[@]}"; do
+    if host_running "$name"; then
+      waitfor+=("$name")
+      continue
+    fi
+    [[ -e $STATE_DIR/$name.host-stop ]] && ip link set "veth-$name" up 2>/dev/null
+    start_host "$name"
+    log "up: $name ($(host_ip "$name")) booting (console: $LOG_DIR/$name.console.log)"
+    waitfor+=("$name")
+  done
+  wait_ssh "${waitfor[@]}"
+  log "up: ${todo[*]} ready in $(secs_since "$t0")s (ssh: lab/lab.sh ssh HOST; ansible: .venv/bin/ansible all -m ansible.builtin.ping)"
+}
+
+# ---- down ----------------------------------------------------------------------------------------
+# Every host the lab knows about, from any trace it leaves (pid file, dir, netns, cgroup).
+known_hosts() {
+  {
+    find "$STATE_DIR" -maxdepth 1 -name 'lab[1-9].pid' -printf '%f\n' 2>/dev/null | sed 's/\.pid$//'
+    find "$HOSTS_DIR" -mindepth 1 -maxdepth 1 -name 'lab[1-9]' -printf '%f\n' 2>/dev/null
+    ip netns list 2>/dev/null | awk '$1 ~ /^lab[1-9]$/ { print $1 }'
+    find /sys/fs/cgroup/{systemd,unified,cpu}/"$LAB_CGROUP" -mindepth 1 -maxdepth 1 -name 'lab[1-9]' -printf '%f\n' 2>/dev/null
+  } | sort -u
+}
+
+# Stop host $1's nspawn: clean halt (SIGTERM, as `poweroff` would) or, past the deadline or when
+# asked (hard), SIGKILL of its PID 1, which ends its whole PID namespace at once.
+stop_nspawn() {
+  local name=$1 mode=${2:-clean} timeout=${3:-$LAB_STOP_TIMEOUT} pid init deadline
+  pid=$(wrapper_pid "$name")
+  host_running "$name" || pid=
+  touch "$STATE_DIR/$name.stopping"
+  if [[ $mode == clean && -n $pid ]]; then
+    kill -TERM "$pid" 2>/dev/null
+    deadline=$((SECONDS + timeout))
+    while host_running "$name" && ((SECONDS < deadline)); do sleep 0.2; done
+    host_running "$name" && warn "$name: no clean halt within ${timeout}s; killing it"
+  fi
+  if init=$(host_init_pid "$name"); then kill -KILL "$init" 2>/dev/null; fi
+  deadline=$((SECONDS + 10))
+  while host_running "$name" && ((SECONDS < deadline)); do sleep 0.2; done
+  if host_running "$name"; then
+    pkill -KILL -P "$pid" 2>/dev/null
+    kill -KILL "$pid" 2>/dev/null
+  fi
+  # Anything left in the host's cgroups (nothing, normally: the PID namespace died with PID 1).
+  local p
+  for p in $(host_pids "$name"); do kill -KILL "$p" 2>/dev/null; done
+  rm -f "$STATE_DIR/$name.pid"
+}
+
+rm_cgroup_tree() { [[ -d $1 ]] && find "$1" -depth -type d -exec rmdir {} + 2>/dev/null; [[ ! -d $1 ]]; }
+
+destroy_host() {
+  local name=$1 d=$HOSTS_DIR/$1 t0 t1 i
+  t0=$(now_ms)
+  stop_nspawn "$name" clean
+  t1=$(now_ms)
+  fault_clear_host "$name"
+  if mountpoint -q "$d/merged" 2>/dev/null; then
+    for i in 1 2 3 4 5 6 7 8 9 10; do
+      umount "$d/merged" 2>/dev/null && break
+      sleep 0.3
+    done
+    if mountpoint -q "$d/merged"; then
+      warn "$name: overlay busy, detaching it (umount -l)"
+      umount -l "$d/merged"
+    fi
+  fi
+  # Never rm -rf while anything is still mounted below the host dir (it would go into the base).
+  if findmnt -rn -o TARGET | grep -q "^$d/"; then
+    die "$name: mounts remain under $d; not removing it (see: findmnt | grep $d)"
+  fi
+  rm -rf "$d"
+  ip netns del "$name" 2>/dev/null
+  ip link del "veth-$name" 2>/dev/null
+  local h
+  for h in systemd unified cpu; do
+    rm_cgroup_tree "/sys/fs/cgroup/$h/$LAB_CGROUP/$name" || warn "$name: cgroup /sys/fs/cgroup/$h/$LAB_CGROUP/$name not removable (processes left?)"
+  done
+  rm -f "$STATE_DIR/$name".*
+  log "down: $name removed ($(secs_since "$t0")s: halt $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", (b - a) / 1000 }')s, then disk and network)"
+}
+
+cmd_down() {
+  need_root
+  local hosts t0 did=0
+  t0=$(now_ms)
+  mapfile -t hosts < <(known_hosts)
+  local name
+  for name in "${hosts[@]}"; do
+    destroy_host "$name"
+    did=1
+  done
+  local h
+  for h in systemd unified cpu; do
+    [[ -d /sys/fs/cgroup/$h/$LAB_CGROUP ]] && { rm_cgroup_tree "/sys/fs/cgroup/$h/$LAB_CGROUP" || warn "cgroup /sys/fs/cgroup/$h/$LAB_CGROUP not removable"; did=1; }
+  done
+  if ip link show "$LAB_BRIDGE" >/dev/null 2>&1; then
+    ip link del "$LAB_BRIDGE"
+    did=1
+  fi
+  if [[ -e $STATE_DIR/made-nspawn-tmpfs ]] && ! pgrep -x systemd-nspawn >/dev/null; then
+    umount /run/systemd/nspawn 2>/dev/null && rm -f "$STATE_DIR/made-nspawn-tmpfs"
+    [[ -e $STATE_DIR/made-nspawn-dir ]] && rmdir /run/systemd/nspawn 2>/dev/null && rm -f "$STATE_DIR/made-nspawn-dir"
+    did=1
+  fi
+  if [[ -e $STATE_DIR/made-run-netns ]] && [[ -z "$(ls -A /run/netns 2>/dev/null)" ]]; then
+    mountpoint -q /run/netns 2>/dev/null && umount /run/netns 2>/dev/null
+    rm -f "$STATE_DIR/made-run-netns"
+    did=1
+  fi
+  if [[ -e $STATE_DIR/made-run-netns-dir ]] && ! mountpoint -q /run/netns 2>/dev/null; then
+    rmdir /run/netns 2>/dev/null
+    rm -f "$STATE_DIR/made-run-netns-dir"
+  fi
+  rm -rf "$STATE_DIR"
+  if ((did)); then
+    log "down: lab torn down in $(secs_since "$t0")s (built artefacts kept under $LAB_DIR)"
+  else
+    log "down: nothing to tear down (no lab hosts, netns, bridge, mounts or cgroups)"
+  fi
+}
+
+# ---- status, ssh ---------------------------------------------------------------------------------
+cmd_status() {
+  local name state extra f
+  echo "lab dir: $LAB_DIR"
+  for f in base aptrepo wheelhouse model; do
+    printf '  %-10s %s\n' "$f" "$(stamp_get "$f" | grep -q . && echo built || echo 'not built')"
+  done
+  if ip link show "$LAB_BRIDGE" >/dev/null 2>&1; then echo "bridge $LAB_BRIDGE: $LAB_GW/24"; else echo "bridge $LAB_BRIDGE: absent"; fi
+  local hosts
+  mapfile -t hosts < <(known_hosts)
+  ((${#hosts[@]})) || {
+    echo "hosts: none (lab/lab.sh up)"
+    return 0
+  }
+  for name in "${hosts[@]}"; do
+    if host_running "$name"; then
+      state="running (nspawn wrapper pid $(wrapper_pid "$name"), init pid $(host_init_pid "$name" || echo ?))"
+      if ssh_ok "$name"; then state+=", ssh ok"; else state+=", ssh NOT answering"; fi
+    elif [[ -e $STATE_DIR/$name.host-stop ]]; then
+      state="stopped by \`fault host-stop\` (undo: lab/lab.sh fault host-start $name)"
+    else
+      state="not running (leftovers: lab/lab.sh down)"
+    fi
+    extra=$(fault_list "$name")
+    printf '%-5s %-12s %s%s\n' "$name" "$(host_ip "$name")" "$state" "${extra:+; faults: $extra}"
+  done
+}
+
+cmd_ssh() {
+  local name=${1:-}
+  [[ -n $name ]] || die "usage: lab.sh ssh HOST [COMMAND...]"
+  check_host_name "$name"
+  shift
+  local tty=()
+  (($# == 0)) && [[ -t 0 ]] && tty=(-t)
+  exec ssh "${SSH_OPTS[@]}" "${tty[@]}" "root@$(host_ip "$name")" "$@"
+}
