@@ -310,7 +310,7 @@ build_model() {
   local key
   key=$({
     cat "$LAB_MODEL_SCRIPT"
-    stamp_get wheelhouse
+    grep -iE '^(torch|transformers|tokenizers)==' "$LAB_REQS"
   } | sha_of)
   if stamp_ok model "$key" && [[ -s $MODELS/tiny/config.json ]]; then
     log "tiny model: up to date ($(du -sh "$MODELS/tiny" | cut -f1), reused)"
@@ -329,6 +329,8 @@ build_model() {
   rm -rf "$MODELS/tiny.new" && mkdir -p "$MODELS"
   run_step "tiny model: build (2-layer Llama, random weights, seed 0)" "about 10 s" "$logf" \
     env HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$BUILDENV/bin/python" "$LAB_MODEL_SCRIPT" "$MODELS/tiny.new"
+  # The engine runs as a dedicated user, not root: make every file readable.
+  chmod -R a+rX "$MODELS/tiny.new"
   rm -rf "$MODELS/tiny" && mv "$MODELS/tiny.new" "$MODELS/tiny"
   stamp_set model "$key"
   log "tiny model: $(du -sh "$MODELS/tiny" | cut -f1) at $MODELS/tiny"
