@@ -44,8 +44,10 @@ def run_playbook(playbook: str, *args: str, extravars: dict | None = None, timeo
         "ANSIBLE_FORCE_COLOR": "0",
         "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
     }
+    private = REPO / ".cache" / "runner"
+    private.mkdir(parents=True, exist_ok=True)
     r = ansible_runner.run(
-        private_data_dir=str(REPO / ".cache" / "runner"),
+        private_data_dir=str(private),
         project_dir=str(REPO),
         playbook=str(REPO / playbook),
         inventory=str(LAB_INVENTORY),
