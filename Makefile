@@ -15,7 +15,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 PLAYBOOKS := site.yml $(wildcard playbooks/*.yml)
 
-.PHONY: help venv lint yamllint ansible-lint syntax unit test bench clean demo
+.PHONY: help venv lint yamllint ansible-lint syntax unit test lab-e2e bench clean demo
 
 include lab/lab.mk
 
@@ -53,13 +53,25 @@ unit: $(STAMP) ## pytest: module_utils, modules, filters, docs
 	@echo ">> pytest"
 	$(BIN)/python -m pytest -q tests/unit
 
-test: lint syntax unit ## Everything CI runs
+test: lint syntax unit lab-e2e ## Everything CI runs: lint, syntax, unit tests, then the lab end to end
+
+# The lab end to end: build (artefacts are reused), fresh hosts, every
+# integration test, and teardown even when a test fails.
+lab-e2e: $(STAMP) lab-deps
+	@echo ">> lab end to end (tests/integration): fresh hosts, then site.yml and friends"
+	@$(LAB_SH) down >/dev/null
+	@rc=0; \
+	  { $(MAKE) --no-print-directory lab-up && \
+	    VLLM_FLEET_LAB=1 $(BIN)/python -m pytest -q tests/integration; } || rc=$$?; \
+	  $(LAB_SH) down || true; \
+	  exit $$rc
 
 demo: $(STAMP) lab-deps lab-up ## Build the lab, run site.yml on it, print the report
 	$(BIN)/ansible-playbook site.yml
 
 bench: $(STAMP) ## Benchmarks (not part of test); see docs/benchmarks.md
 	$(BIN)/python bench/kv_cache_parse.py
+	$(BIN)/python bench/gate_overhead.py
 
 clean: ## Remove the venv and caches
 	rm -rf $(VENV) .pytest_cache .cache

@@ -403,7 +403,7 @@ def post_chat(base_url: str, body: dict, *, timeout: float, api_key: str | None 
                 raise RequestFailed("answer is not JSON", status=200) from None
             return Reply(resp.status, _content(payload, stream=False))
         except (OSError, http.client.HTTPException) as exc:
-            raise RequestFailed(_describe(exc, timeout), status=resp.status if resp else None) from None
+            raise RequestFailed(_describe(exc, timeout), status=resp.status if resp is not None else None) from None
     finally:
         if tracker is not None and sock is not None:
             tracker.discard(sock)

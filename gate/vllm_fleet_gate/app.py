@@ -1,0 +1,735 @@
+"""The gate's HTTP side: an OpenAI-compatible reverse proxy in front of vLLM
+engines, with admission by KV pool (``admission.py``).
+
+aiohttp serves and aiohttp forwards, through one shared ClientSession whose
+connector limit sits above the expected concurrency (docs/gate.md explains
+why: an httpx pool collapsed at 64 concurrent requests on this design).
+Streamed responses are relayed chunk by chunk as they arrive.
+
+Run it with a runner that has ``handler_cancellation=True`` (``__main__``
+does; aiohttp's test server does too): a client that goes away cancels its
+handler, and the handler's ``finally`` takes it out of the queue or frees its
+reservation and closes the engine connection, so vLLM aborts the request.
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import time
+from contextlib import suppress
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+
+from .admission import (
+    ADMITTED,
+    FAILED,
+    Admission,
+    BadRequest,
+    Demand,
+    Rejected,
+    Ticket,
+    UnknownUpstream,
+    chat_messages,
+    estimate_tokens,
+    prompt_parts,
+    read_limits,
+    text_chars,
+)
+from .config import Config
+from .metrics import CONTENT_TYPE, Metrics
+
+log = logging.getLogger("vllm_fleet_gate")
+access_log = logging.getLogger("vllm_fleet_gate.access")
+
+COMPLETIONS = "/v1/completions"
+CHAT = "/v1/chat/completions"
+
+# Only these cross the gate; Authorization never does (see upstream_api_key).
+_REQUEST_HEADERS = ("Accept", "X-Request-Id", "traceparent", "tracestate")
+_RESPONSE_HEADERS = ("Content-Type", "Content-Encoding", "Cache-Control", "X-Request-Id")
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    502: "upstream_error",
+    503: "service_unavailable",
+    504: "upstream_error",
+}
+# The status a client that went away is logged with (as nginx does).
+CLIENT_CLOSED = 499
+
+_REJECTIONS = {
+    "too_long": (400, "context_length_exceeded", False),
+    "never_fits": (400, "exceeds_kv_cache_pool", False),
+    "queue_full": (429, "queue_full", True),
+    "shutting_down": (503, "shutting_down", True),
+}
+
+
+def error_response(status: int, message: str, code: str, *, retry_after: int | None = None) -> web.Response:
+    """An OpenAI-style error body."""
+    body = {"error": {"message": message, "type": _ERROR_TYPES.get(status, "error"), "param": None, "code": code}}
+    headers = {"Retry-After": str(retry_after)} if retry_after else None
+    return web.json_response(body, status=status, headers=headers)
+
+
+def _bearer(request: web.Request) -> bytes | None:
+    value = request.headers.get("Authorization")
+    if not value:
+        return None
+    scheme, _, token = value.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return token.encode()
+
+
+@dataclass
+class _Exchange:
+    """What the access log line says about one request (never the prompt
+    or a key)."""
+
+    method: str
+    path: str
+    status: int = 0
+    tokens: int | None = None
+    queue_ms: float | None = None
+    upstream: str = "-"
+    stream: bool = False
+    reason: str = ""
+
+
+class Gate:
+    """One gate: its books, its metrics, its engine sessions and handlers."""
+
+    def __init__(self, config: Config, *, clock=time.monotonic):
+        self.config = config
+        self.admission = Admission(
+            ((u.name, u.kv_cache_tokens, u.max_model_len) for u in config.upstreams),
+            max_queue_depth=config.queue_max_depth,
+            count_max_tokens=config.count_max_tokens,
+            clock=clock,
+        )
+        self.bases = {u.name: u.url for u in config.upstreams}
+        self.shutting_down = False
+        self.metrics = Metrics(self.admission, lambda: self.shutting_down)
+        self.session: aiohttp.ClientSession | None = None
+        self._clock = clock
+        self._waiters: dict[int, asyncio.Future] = {}
+        self._health_task: asyncio.Task | None = None
+        self._hold_timer: asyncio.TimerHandle | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._api_keys = [k.encode() for k in config.api_keys]
+        self._admin_token = config.admin_token.encode()
+        self._upstream_auth = (
+            {"Authorization": f"Bearer {config.upstream_api_key}"} if config.upstream_api_key else {}
+        )
+        self._last_fallback_log = float("-inf")
+
+    # -- wiring -----------------------------------------------------------
+    def make_app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.max_request_bytes)
+        add = app.router
+        add.add_post(COMPLETIONS, self.handle_completion)
+        add.add_post(CHAT, self.handle_completion)
+        add.add_get("/v1/models", self.handle_models)
+        add.add_get("/health", self.handle_health)
+        add.add_get("/metrics", self.handle_metrics)
+        add.add_get("/admin/state", self.handle_admin_state)
+        add.add_get("/admin/inflight", self.handle_admin_inflight)
+        add.add_post("/admin/drain", self.handle_drain)
+        add.add_post("/admin/undrain", self.handle_undrain)
+        add.add_post("/admin/hold", self.handle_hold)
+        add.add_post("/admin/release", self.handle_release)
+        app.cleanup_ctx.append(self._lifecycle)
+        return app
+
+    async def _lifecycle(self, app: web.Application):
+        await self.start()
+        try:
+            yield
+        finally:
+            await self.stop()
+
+    async def start(self) -> None:
+        cfg = self.config
+        # Idle engine connections are dropped before vLLM's keep-alive (5 s)
+        # would: aiohttp does not retry a POST on a connection closed under it.
+        connector = aiohttp.TCPConnector(
+            limit=cfg.upstream_max_connections, limit_per_host=0, keepalive_timeout=cfg.upstream_keepalive_s
+        )
+        self.session = aiohttp.ClientSession(
+            connector=connector,
+            # No total limit: a 1M-token prefill or a long stream is normal.
+            # sock_read bounds the silence between two chunks.
+            timeout=aiohttp.ClientTimeout(
+                total=None,
+                sock_connect=cfg.upstream_connect_timeout_s,
+                sock_read=cfg.upstream_read_timeout_s,
+            ),
+            auto_decompress=False,
+        )
+        await self.poll_health()
+        self._health_task = asyncio.create_task(self._health_loop(), name="vllm-fleet-gate-health")
+
+    async def stop(self) -> None:
+        if self._health_task is not None:
+            self._health_task.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._health_task
+            self._health_task = None
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+            self._hold_timer = None
+        if not self.admission.closed:
+            self._wake(self.admission.close())
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
+    # -- shutdown ---------------------------------------------------------
+    def begin_shutdown(self) -> None:
+        """Stop admitting: new requests and queued ones get 503, admitted
+        ones carry on. The caller then waits with ``wait_idle``."""
+        if self.shutting_down:
+            return
+        self.shutting_down = True
+        failed = self.admission.close()
+        log.info(
+            "shutting down: %d in flight may finish, %d queued get 503",
+            self.admission.inflight, len(failed),
+        )
+        self._wake(failed)
+
+    async def wait_idle(self, timeout: float) -> bool:
+        """Wait until nothing is in flight or queued; False on timeout."""
+        self._update_idle()
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    def _update_idle(self) -> None:
+        if self.admission.inflight == 0 and self.admission.queue_depth == 0:
+            self._idle.set()
+        else:
+            self._idle.clear()
+
+    # -- engine readiness ---------------------------------------------------
+    async def poll_health(self) -> None:
+        """Probe every engine's /health once (also runs every interval_s)."""
+        await asyncio.gather(*(self._probe(name) for name in self.bases))
+
+    async def _probe(self, name: str) -> None:
+        timeout = aiohttp.ClientTimeout(total=self.config.health_timeout_s)
+        try:
+            async with self.session.get(self.bases[name] + "/health", timeout=timeout) as resp:
+                await resp.read()
+                ready = resp.status == 200
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            # While vLLM loads its port refuses connections; a dead engine
+            # answers 503. Both mean: send it nothing new.
+            ready = False
+        self._set_ready(name, ready)
+
+    def _set_ready(self, name: str, ready: bool) -> None:
+        if self.admission.engines[name].ready != ready:
+            log.info("upstream %s is %s", name, "ready" if ready else "not ready")
+        self._wake(self.admission.set_ready(name, ready))
+
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.health_interval_s)
+            try:
+                await self.poll_health()
+            except Exception:  # pragma: no cover - keep polling whatever happens
+                log.exception("health poll failed")
+
+    # -- the books ----------------------------------------------------------
+    def _wake(self, tickets: list[Ticket]) -> None:
+        for ticket in tickets:
+            if ticket.state == ADMITTED:
+                self._count_admitted(ticket)
+            fut = self._waiters.get(ticket.id)
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+        self._update_idle()
+
+    def _count_admitted(self, ticket: Ticket) -> None:
+        self.metrics.admitted_by[ticket.engine].inc()
+        self.metrics.queue_seconds.observe(ticket.wait_s)
+
+    def _finish(self, ticket: Ticket) -> None:
+        self._wake(self.admission.release(ticket))
+
+    def state(self) -> dict:
+        snap = self.admission.snapshot()
+        for name, upstream in snap["upstreams"].items():
+            upstream["url"] = self.bases[name]
+        snap["queue"]["timeout_s"] = self.config.queue_timeout_s
+        return {"state": self._state_word(), "shutting_down": self.shutting_down, **snap}
+
+    def _state_word(self) -> str:
+        if self.shutting_down:
+            return "draining"
+        return "holding" if self.admission.held else "ok"
+
+    # -- /v1 completions ------------------------------------------------------
+    async def handle_completion(self, request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        ex = _Exchange(request.method, request.path)
+        try:
+            resp = await self._completion(request, ex)
+            if not ex.status:
+                ex.status = resp.status
+            return resp
+        except asyncio.CancelledError:
+            ex.status = CLIENT_CLOSED
+            raise
+        finally:
+            self.metrics.response(ex.status)
+            self._log(ex, started)
+
+    async def _completion(self, request: web.Request, ex: _Exchange) -> web.StreamResponse:
+        if self.shutting_down:
+            return self._shutting_down(ex)
+        denied = self._check_api_key(request)
+        if denied is not None:
+            ex.reason = "unauthorized"
+            self.metrics.rejected.labels("unauthorized").inc()
+            return denied
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return self._reject(
+                ex, 413, "bad_request",
+                f"The request body is larger than the gate's limit ({self.config.max_request_bytes} bytes).",
+                "request_too_large",
+            )
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            return self._bad(ex, "The request body is not valid JSON.", "invalid_json")
+        if not isinstance(payload, dict):
+            return self._bad(ex, "The request body must be a JSON object.", "invalid_json")
+        model = payload.get("model")
+        if not isinstance(model, str) or not model:
+            return self._bad(ex, "model is required", "model_required")
+        ex.stream = payload.get("stream") is True
+        try:
+            max_tokens, sequences = read_limits(payload)
+            demand = await self._demand(request.path, payload, model, max_tokens, sequences)
+        except BadRequest as exc:
+            return self._bad(ex, exc.message, exc.code)
+
+        try:
+            ticket = self.admission.submit(demand)
+        except Rejected as rej:
+            ex.tokens = rej.tokens
+            status, code, retry = _REJECTIONS[rej.reason]
+            return self._reject(ex, status, rej.reason, rej.message, code, retry=retry)
+        self._update_idle()
+        try:
+            if ticket.state == ADMITTED:
+                self._count_admitted(ticket)
+            else:
+                refused = await self._wait(ticket, ex)
+                if refused is not None:
+                    return refused
+            ex.tokens, ex.upstream, ex.queue_ms = ticket.tokens, ticket.engine, ticket.wait_s * 1000
+            return await self._forward(request, body, ticket, ex)
+        finally:
+            self._finish(ticket)
+
+    async def _wait(self, ticket: Ticket, ex: _Exchange) -> web.Response | None:
+        """Wait in the queue. None once admitted, else the refusal."""
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters[ticket.id] = fut
+        try:
+            await asyncio.wait_for(fut, self.config.queue_timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        except asyncio.CancelledError:
+            if ticket.state != ADMITTED:
+                self.metrics.client_disconnects.labels("queued").inc()
+            raise
+        finally:
+            self._waiters.pop(ticket.id, None)
+        if ticket.state == ADMITTED:
+            return None
+        ex.queue_ms = (self._clock() - ticket.created) * 1000
+        ex.tokens = self.admission.tokens_for(ticket.demand)
+        if ticket.state == FAILED:
+            return self._shutting_down(ex)
+        return self._reject(
+            ex, 503, "queue_timeout",
+            f"Timed out after {self.config.queue_timeout_s:g} s waiting for room in an engine's KV cache; retry later.",
+            "queue_timeout", retry=True,
+        )
+
+    async def _demand(self, path: str, payload: dict, model: str, max_tokens: int | None, sequences: int) -> Demand:
+        tokenize = self.config.token_count_mode == "tokenize"
+        cpt = self.config.chars_per_token
+        if path == CHAT:
+            messages = chat_messages(payload)
+            tools = payload.get("tools")
+            count = None
+            if tokenize:
+                req = {"model": model, "messages": messages}
+                if tools:
+                    req["tools"] = tools
+                count = await self._tokenize(req)
+            if count is None:
+                count = estimate_tokens(text_chars(messages) + text_chars(tools), cpt)
+            return Demand((count,), max_tokens, sequences)
+        parts = prompt_parts(payload)
+        counts: list[int | None] = [p if isinstance(p, int) else None for p in parts]
+        texts = [(i, p) for i, p in enumerate(parts) if isinstance(p, str)]
+        if tokenize and texts:
+            found = await asyncio.gather(*(self._tokenize({"model": model, "prompt": p}) for _, p in texts))
+            for (i, _), n in zip(texts, found):
+                counts[i] = n
+        for i, p in texts:
+            if counts[i] is None:
+                counts[i] = estimate_tokens(len(p), cpt)
+        return Demand(tuple(counts), max_tokens, sequences)
+
+    async def _tokenize(self, req: dict) -> int | None:
+        """The engine's own count (POST /tokenize), or None to estimate."""
+        name = self._pick_any_ready()
+        if name is None:
+            return self._tokenize_fallback("no_ready_upstream")
+        timeout = aiohttp.ClientTimeout(total=self.config.tokenize_timeout_s)
+        try:
+            async with self.session.post(
+                self.bases[name] + "/tokenize", json=req, headers=self._upstream_auth, timeout=timeout
+            ) as resp:
+                if resp.status != 200:
+                    await resp.read()
+                    return self._tokenize_fallback("error", f"{name} answered HTTP {resp.status}")
+                data = await resp.json(content_type=None)
+        except asyncio.TimeoutError:
+            return self._tokenize_fallback("timeout", f"{name} took over {self.config.tokenize_timeout_s:g} s")
+        except (aiohttp.ClientError, ValueError) as exc:
+            return self._tokenize_fallback("error", f"{name}: {type(exc).__name__}")
+        count = data.get("count") if isinstance(data, dict) else None
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            return self._tokenize_fallback("error", f"{name} returned no count")
+        return count
+
+    def _tokenize_fallback(self, reason: str, detail: str = "") -> None:
+        self.metrics.tokenize_fallbacks.labels(reason).inc()
+        now = time.monotonic()
+        if now - self._last_fallback_log >= 60:  # at most one line a minute
+            self._last_fallback_log = now
+            log.warning("tokenize failed (%s%s); counting by estimate", reason, f": {detail}" if detail else "")
+        return None
+
+    def _pick_any_ready(self) -> str | None:
+        """An engine for calls outside admission (/tokenize, /v1/models)."""
+        ready = [e for e in self.admission.engines.values() if e.ready]
+        for engine in ready:
+            if not engine.drained:
+                return engine.name
+        return ready[0].name if ready else None
+
+    async def _forward(self, request: web.Request, body: bytes, ticket: Ticket, ex: _Exchange) -> web.StreamResponse:
+        name = ticket.engine
+        headers = {"Content-Type": request.headers.get("Content-Type", "application/json")}
+        for key in _REQUEST_HEADERS:
+            value = request.headers.get(key)
+            if value is not None:
+                headers[key] = value
+        headers.update(self._upstream_auth)
+        sent = time.perf_counter()
+        try:
+            upstream = await self.session.post(self.bases[name] + request.path_qs, data=body, headers=headers)
+        except asyncio.CancelledError:
+            self.metrics.client_disconnects.labels("upstream").inc()
+            raise
+        except asyncio.TimeoutError:
+            return self._timed_out(ex, name)
+        except aiohttp.ClientConnectorError as exc:
+            # Refused or unreachable: stop sending it work until /health says so.
+            self._set_ready(name, False)
+            reason = exc.os_error.strerror or str(exc.os_error)
+            return self._upstream_error(
+                ex, name, "connect", 502, f"Cannot connect to engine {name}: {reason}.", "upstream_unreachable"
+            )
+        except aiohttp.ClientError as exc:
+            return self._upstream_error(
+                ex, name, "other", 502, f"Engine {name} failed: {type(exc).__name__}.", "upstream_error"
+            )
+
+        try:
+            ex.status = upstream.status
+            # The raw header: cheaper than aiohttp's parsed content_type.
+            if upstream.headers.get("Content-Type", "").lower().startswith("text/event-stream"):
+                resp = await self._relay_stream(request, upstream, name, ex, sent)
+            else:
+                data = await upstream.read()
+                resp = web.Response(status=upstream.status, body=data, headers=self._response_headers(upstream))
+            if not ex.reason:
+                self.metrics.upstream_seconds_by[name].observe(time.perf_counter() - sent)
+            return resp
+        except asyncio.CancelledError:
+            # The client went away: closing the engine connection makes vLLM
+            # abort the request.
+            self.metrics.client_disconnects.labels("upstream").inc()
+            upstream.close()
+            raise
+        except asyncio.TimeoutError:
+            upstream.close()
+            return self._timed_out(ex, name)
+        except aiohttp.ClientError as exc:
+            upstream.close()
+            return self._upstream_error(
+                ex, name, "aborted", 502, f"Engine {name} broke off its response: {type(exc).__name__}.",
+                "upstream_aborted",
+            )
+        finally:
+            upstream.release()
+
+    async def _relay_stream(self, request: web.Request, upstream: aiohttp.ClientResponse, name: str,
+                            ex: _Exchange, sent: float) -> web.StreamResponse:
+        """Relay SSE as it comes: each chunk is written (and so sent) on
+        arrival, with no buffering in between."""
+        resp = web.StreamResponse(status=upstream.status, headers=self._response_headers(upstream))
+        await resp.prepare(request)
+        first = True
+        try:
+            async for chunk in upstream.content.iter_any():
+                if first:
+                    self.metrics.first_byte_by[name].observe(time.perf_counter() - sent)
+                    first = False
+                await resp.write(chunk)
+        except ConnectionResetError:
+            # The client went away between two chunks (seen as a write error
+            # when the handler is not cancelled first).
+            self.metrics.client_disconnects.labels("upstream").inc()
+            upstream.close()
+            ex.status = CLIENT_CLOSED
+            return resp
+        except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
+            # The engine failed after the 200 went out: end the client's
+            # stream abruptly (no terminating chunk), so the client sees a
+            # broken response rather than a short, clean one.
+            kind = "timeout" if isinstance(exc, asyncio.TimeoutError) else "aborted"
+            self.metrics.upstream_errors.labels(name, kind).inc()
+            log.warning("upstream %s broke off a stream: %s", name, type(exc).__name__)
+            upstream.close()
+            ex.reason = f"upstream_{kind}"
+            if request.transport is not None:
+                request.transport.close()
+            return resp
+        await resp.write_eof()
+        return resp
+
+    def _response_headers(self, upstream: aiohttp.ClientResponse) -> dict:
+        out = {}
+        for key in _RESPONSE_HEADERS:
+            value = upstream.headers.get(key)
+            if value is not None:
+                out[key] = value
+        return out
+
+    def _timed_out(self, ex: _Exchange, name: str) -> web.Response:
+        return self._upstream_error(ex, name, "timeout", 504, f"Engine {name} did not answer in time.", "upstream_timeout")
+
+    def _upstream_error(self, ex: _Exchange, name: str, kind: str, status: int, message: str, code: str) -> web.Response:
+        self.metrics.upstream_errors.labels(name, kind).inc()
+        ex.reason = f"upstream_{kind}"
+        ex.status = status
+        log.warning("upstream %s: %s", name, message)
+        return error_response(status, message, code)
+
+    # -- /v1/models -------------------------------------------------------------
+    async def handle_models(self, request: web.Request) -> web.Response:
+        denied = self._check_api_key(request)
+        if denied is not None:
+            return denied
+        name = self._pick_any_ready()
+        if name is None:
+            return error_response(503, "No engine is ready.", "no_ready_upstream", retry_after=self.config.retry_after_s)
+        timeout = aiohttp.ClientTimeout(total=self.config.health_timeout_s + self.config.upstream_connect_timeout_s)
+        try:
+            url = self.bases[name] + request.path_qs
+            async with self.session.get(url, headers=self._upstream_auth, timeout=timeout) as up:
+                data = await up.read()
+                return web.Response(status=up.status, body=data, headers=self._response_headers(up))
+        except asyncio.TimeoutError:
+            return error_response(504, f"Engine {name} did not answer in time.", "upstream_timeout")
+        except aiohttp.ClientError as exc:
+            return error_response(502, f"Engine {name} failed: {type(exc).__name__}.", "upstream_error")
+
+    # -- the gate's own endpoints ------------------------------------------------
+    async def handle_health(self, request: web.Request) -> web.Response:
+        engines = self.admission.engines.values()
+        serving = any(e.ready and not e.drained for e in engines) and not self.shutting_down
+        body = {
+            "state": self._state_word(),
+            "upstreams": {e.name: {"ready": e.ready, "drained": e.drained} for e in engines},
+        }
+        return web.json_response(body, status=200 if serving else 503)
+
+    async def handle_metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+
+    # -- admin API ------------------------------------------------------------------
+    def _check_api_key(self, request: web.Request) -> web.Response | None:
+        if not self._api_keys:
+            return None
+        token = _bearer(request)
+        if token is None:
+            return error_response(401, "Missing API key: send Authorization: Bearer <key>.", "missing_api_key")
+        # Compare against every key, so timing does not tell which matched.
+        matched = False
+        for key in self._api_keys:
+            matched |= hmac.compare_digest(token, key)
+        if not matched:
+            return error_response(401, "Invalid API key.", "invalid_api_key")
+        return None
+
+    def _check_admin(self, request: web.Request) -> web.Response | None:
+        token = _bearer(request)
+        if token is None:
+            return error_response(401, "The admin API needs Authorization: Bearer <admin_token>.", "missing_admin_token")
+        if not hmac.compare_digest(token, self._admin_token):
+            return error_response(403, "Invalid admin token.", "invalid_admin_token")
+        return None
+
+    async def _admin_body(self, request: web.Request) -> dict | web.Response:
+        try:
+            body = json.loads(await request.read() or b"{}")
+        except ValueError:
+            return error_response(400, "The request body is not valid JSON.", "invalid_json")
+        if not isinstance(body, dict):
+            return error_response(400, "The request body must be a JSON object.", "invalid_json")
+        return body
+
+    async def _admin_upstream(self, request: web.Request) -> str | web.Response:
+        denied = self._check_admin(request)
+        if denied is not None:
+            return denied
+        body = await self._admin_body(request)
+        if isinstance(body, web.Response):
+            return body
+        name = body.get("upstream")
+        if not isinstance(name, str) or not name:
+            return error_response(400, 'upstream is required: {"upstream": "<name>"}', "upstream_required")
+        if name not in self.admission.engines:
+            return error_response(404, UnknownUpstream(name, self.admission.engines).message, "unknown_upstream")
+        return name
+
+    async def handle_admin_state(self, request: web.Request) -> web.Response:
+        denied = self._check_admin(request)
+        if denied is not None:
+            return denied
+        return web.json_response(self.state())
+
+    async def handle_admin_inflight(self, request: web.Request) -> web.Response:
+        denied = self._check_admin(request)
+        if denied is not None:
+            return denied
+        adm = self.admission
+        return web.json_response({
+            "inflight": adm.inflight,
+            "queued": adm.queue_depth,
+            "upstreams": {e.name: e.inflight for e in adm.engines.values()},
+        })
+
+    async def handle_drain(self, request: web.Request) -> web.Response:
+        name = await self._admin_upstream(request)
+        if isinstance(name, web.Response):
+            return name
+        self.admission.drain(name)
+        log.info("upstream %s drained by the admin API", name)
+        engine = self.admission.engines[name]
+        return web.json_response({"upstream": name, "drained": True, "inflight": engine.inflight})
+
+    async def handle_undrain(self, request: web.Request) -> web.Response:
+        name = await self._admin_upstream(request)
+        if isinstance(name, web.Response):
+            return name
+        self._wake(self.admission.undrain(name))
+        log.info("upstream %s undrained by the admin API", name)
+        engine = self.admission.engines[name]
+        return web.json_response({"upstream": name, "drained": False, "inflight": engine.inflight})
+
+    async def handle_hold(self, request: web.Request) -> web.Response:
+        denied = self._check_admin(request)
+        if denied is not None:
+            return denied
+        body = await self._admin_body(request)
+        if isinstance(body, web.Response):
+            return body
+        seconds = body.get("seconds")
+        limit = self.config.max_hold_s
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= limit:
+            return error_response(
+                400, f'seconds must be a number greater than 0 and at most {limit:g}: {{"seconds": N}}', "invalid_hold"
+            )
+        self.admission.hold(seconds)
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+        self._hold_timer = asyncio.get_running_loop().call_later(seconds, self._hold_expired)
+        log.info("hold for %g s by the admin API", seconds)
+        return web.json_response({"held": True, "hold_remaining_s": round(self.admission.hold_remaining_s(), 3)})
+
+    def _hold_expired(self) -> None:
+        self._hold_timer = None
+        log.info("hold expired")
+        self._wake(self.admission.release_hold())
+
+    async def handle_release(self, request: web.Request) -> web.Response:
+        denied = self._check_admin(request)
+        if denied is not None:
+            return denied
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+            self._hold_timer = None
+        self._wake(self.admission.release_hold())
+        log.info("hold released by the admin API")
+        return web.json_response({"held": False, "queued": self.admission.queue_depth})
+
+    # -- helpers --------------------------------------------------------------------
+    def _reject(
+        self, ex: _Exchange, status: int, reason: str, message: str, code: str, *, retry: bool = False
+    ) -> web.Response:
+        self.metrics.rejected.labels(reason).inc()
+        ex.reason = reason
+        return error_response(status, message, code, retry_after=self.config.retry_after_s if retry else None)
+
+    def _shutting_down(self, ex: _Exchange) -> web.Response:
+        return self._reject(
+            ex, 503, "shutting_down", "The gate is shutting down; retry shortly.", "shutting_down", retry=True
+        )
+
+    def _bad(self, ex: _Exchange, message: str, code: str) -> web.Response:
+        return self._reject(ex, 400, "bad_request", message, code)
+
+    def _log(self, ex: _Exchange, started: float) -> None:
+        if not access_log.isEnabledFor(logging.INFO):
+            return
+        access_log.info(
+            "%s %s %d tokens=%s queue_ms=%s upstream=%s total_ms=%.1f stream=%s%s",
+            ex.method,
+            ex.path,
+            ex.status,
+            "-" if ex.tokens is None else ex.tokens,
+            "-" if ex.queue_ms is None else f"{ex.queue_ms:.1f}",
+            ex.upstream,
+            (time.perf_counter() - started) * 1000,
+            "true" if ex.stream else "false",
+            f" reason={ex.reason}" if ex.reason else "",
+        )

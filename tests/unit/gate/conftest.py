@@ -1,0 +1,86 @@
+"""Gate test wiring: the package on sys.path, an in-process fake vLLM, and a
+factory that starts a gate in front of fakes and checks, after every test,
+that the books are back to zero (nothing reserved, in flight or queued).
+
+Only loopback traffic. Waits are bounded and driven by events, not sleeps.
+The fake engine and helpers live in gate_helpers.py.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+# The gate is its own package (gate/), not installed in the venv.
+GATE_DIR = Path(__file__).resolve().parents[3] / "gate"
+if str(GATE_DIR) not in sys.path:
+    sys.path.insert(0, str(GATE_DIR))
+
+from vllm_fleet_gate.app import Gate  # noqa: E402
+from vllm_fleet_gate.config import parse_config  # noqa: E402
+
+from gate_helpers import WAIT, FakeVLLM, base_config, books  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+async def books_back_to_zero():
+    """After every test, each gate it started has nothing reserved, in
+    flight or queued. The gate factory records the books while its servers
+    still run (before teardown could cancel anything); this asserts them."""
+    records: list[tuple[Gate, dict]] = []
+    yield records
+    for gate, books in records:
+        assert books == {"reserved_tokens": 0, "inflight": 0, "queue_depth": 0}, (
+            f"accounting leak: {books}; state: {gate.state()}"
+        )
+
+
+@pytest.fixture
+async def fake_engine():
+    """Factory: start a FakeVLLM on loopback."""
+    servers = []
+
+    async def start() -> FakeVLLM:
+        fake = FakeVLLM()
+        fake.server = TestServer(fake.app(), host="127.0.0.1")
+        await fake.server.start_server()
+        servers.append(fake)
+        return fake
+
+    yield start
+    for fake in servers:
+        fake.release_all()
+        await fake.server.close()
+
+
+@pytest.fixture
+async def start_gate(books_back_to_zero):
+    """Factory: ``await start_gate([fake, ...], **config_overrides)`` returns
+    (gate, client). The gate has polled health once, so ready fakes are
+    ready."""
+    started: list[tuple[Gate, TestClient]] = []
+
+    async def start(fakes, **overrides):
+        gate = Gate(parse_config(base_config(fakes, **overrides)))
+        client = TestClient(TestServer(gate.make_app(), host="127.0.0.1"))
+        await client.start_server()
+        started.append((gate, client))
+        return gate, client
+
+    yield start
+    for gate, client in started:
+        # Let handlers finish releasing what they hold, then record.
+        await gate.wait_idle(WAIT)
+        books_back_to_zero.append((gate, books(gate)))
+    for gate, client in started:
+        await client.close()
+
+
+@pytest.fixture
+async def one(fake_engine, start_gate):
+    """The common case: one fake engine, one gate."""
+    fake = await fake_engine()
+    gate, client = await start_gate([fake])
+    return fake, gate, client
