@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import yaml
+
 import pytest
 
 pytestmark = pytest.mark.lab
@@ -14,6 +16,14 @@ pytestmark = pytest.mark.lab
 from labtools import REPO, lab_sh
 
 REPORT = REPO / "reports" / "site-report.json"
+LAB_ENGINE_VARS = REPO / "inventory" / "lab" / "group_vars" / "vllm_engines" / "engine.yml"
+
+
+def lab_args(**extra) -> dict:
+    """The lab's own vllm_server_args plus ``extra``: -e replaces the whole dict."""
+    args = dict(yaml.safe_load(LAB_ENGINE_VARS.read_text())["vllm_server_args"])
+    args.update(extra)
+    return {"vllm_server_args": args}
 
 
 def on_host(host: str, cmd: str) -> str:
@@ -64,8 +74,7 @@ def test_check_mode_with_diff_runs_clean(play):
 def test_a_changed_flag_restarts_the_whole_engine_and_verifies(play):
     head_before = invocation("lab1", "vllm.service")
     ray_before = invocation("lab2", "ray.service")
-    args = {"enforce_eager": True, "kv_cache_memory_bytes": 67108864, "max_num_seqs": 8}
-    r = play("site.yml", extravars={"vllm_server_args": args})
+    r = play("site.yml", extravars=lab_args(max_num_seqs=8))
     assert r.rc == 0
     assert invocation("lab1", "vllm.service") != head_before
     assert invocation("lab2", "ray.service") != ray_before, "the worker's Ray node was not restarted with its engine"
@@ -78,7 +87,7 @@ def test_a_down_worker_stops_the_play_before_any_restart(play):
     head_before = invocation("lab1", "vllm.service")
     lab_sh("fault", "host-stop", "lab2")
     try:
-        r = play("site.yml", extravars={"vllm_server_args": {"enforce_eager": True, "kv_cache_memory_bytes": 67108864, "max_num_seqs": 4}})
+        r = play("site.yml", extravars=lab_args(max_num_seqs=4))
         assert r.rc != 0
         assert "lab2" in r.stdout and "Nothing was changed" in r.stdout
         assert invocation("lab1", "vllm.service") == head_before, "the head was restarted without its worker"
