@@ -12,7 +12,8 @@ short_description: Report the nodes and GPUs of a running Ray cluster
 description:
   - Connects to a running Ray cluster with Ray's own API, from the engine's venv, and
     reports the alive nodes, their addresses and the GPUs they offer.
-  - With O(expect_ips) or O(expect_gpus) it is a join barrier: retry it with C(until)
+  - >-
+    With O(expect_ips) or O(expect_gpus) it is a join barrier: retry it with C(until)
     on RV(ok) until every node has joined and the GPU count matches the engine.
 options:
   address:
@@ -32,7 +33,7 @@ options:
     description: The total number of GPUs the alive nodes must offer (the engine's tensor parallel size).
     type: float
   timeout:
-    description: Seconds to wait for the Ray probe before giving up.
+    description: Seconds to wait for the Ray probe before giving up; must be positive.
     type: int
     default: 60
 attributes:
@@ -42,6 +43,8 @@ attributes:
     support: none
 notes:
   - Run it as the user the Ray processes run as.
+  - A cluster that does not answer yet is reported as RV(ok=false), not as a failure, so C(until) can retry.
+    A wrong O(python), a venv without Ray or unreadable probe output fail the task, with RV(ok) and RV(message) set.
 author:
   - vllm-fleet developers
 """
@@ -88,6 +91,8 @@ alive_ips:
   elements: str
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.ray_cluster import PROBE, RayProbeError, parse_probe_output, verdict
 
@@ -99,26 +104,45 @@ ARGUMENT_SPEC = dict(
     timeout=dict(type="int", default=60),
 )
 
+NO_RAY = "No module named 'ray'"
+
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
+
+    def fail(msg):
+        # ok and message come back with a failure too: an until loop on
+        # ray.ok would otherwise die on an undefined key and hide msg.
+        module.fail_json(msg=msg, ok=False, message=msg)
+
+    if p["timeout"] <= 0:
+        # timeout(1) with 0 never times out.
+        fail(f"timeout must be a positive number of seconds, got {p['timeout']}.")
+    if not (os.path.isfile(p["python"]) and os.access(p["python"], os.X_OK)):
+        fail(f"python {p['python']} is not an executable file: point it at the python of the venv "
+             "that holds Ray (the engine's venv, for example /opt/vllm/bin/python).")
     cmd = ["timeout", str(p["timeout"]), p["python"], "-c", PROBE, p["address"]]
     rc, out, err = module.run_command(cmd, environ_update={"RAY_USAGE_STATS_ENABLED": "0"})
     if rc != 0:
-        tail = (err or out).strip().splitlines()[-3:]
+        if NO_RAY in err:
+            fail(f"{p['python']} cannot import Ray ({NO_RAY}): install Ray in that venv or point python "
+                 "at the venv that holds it.")
+        tail = " | ".join([ln.strip() for ln in (err or out).splitlines() if ln.strip()][-3:]).rstrip(".")
+        why = f"no answer within {p['timeout']} s" if rc == 124 else f"rc={rc}"
+        # Not a failure: the head may still be starting; an until loop retries.
         module.exit_json(
             changed=False,
             ok=False,
             message=(
-                f"cannot reach the Ray cluster at {p['address']} (rc={rc}): {' | '.join(tail)}. "
+                f"cannot reach the Ray cluster at {p['address']} ({why}): {tail or 'no output'}. "
                 "Check that the head's Ray unit is active and the address is the head's Ray node IP."
             ),
         )
     try:
         cluster = parse_probe_output(out)
     except RayProbeError as exc:
-        module.fail_json(msg=f"{exc}; output was: {out[-500:]}")
+        fail(f"{exc}; output was: {out[-500:].strip() or '(nothing)'}")
     ok, message = verdict(cluster, p["expect_ips"], p["expect_gpus"])
     module.exit_json(changed=False, ok=ok, message=message, **cluster.as_dict())
 

@@ -15,20 +15,23 @@ description:
     connections; that is reported as RV(ready=false), not as a failure. When the unit has
     stopped or failed, RV(dead) is true and RV(journal_tail) shows why, so the loop can end
     at once instead of waiting out its timeout.
+  - When the unit is dead, RV(root_cause) names the exception that stopped it, read from the
+    unit's last 1000 journal lines, so a failed start says why without reading the journal.
+  - Proxy variables (C(http_proxy), C(https_proxy)) are ignored; the probe always connects directly.
 options:
   url:
-    description: The server's base URL, for example C(http://10.0.0.11:8000).
+    description: The server's base URL, for example C(http://10.0.0.11:8000); http or https.
     type: str
     required: true
   unit:
     description: The systemd unit that runs the server on this host. Omit to probe the URL only.
     type: str
   timeout:
-    description: Seconds one probe may take.
+    description: Seconds one probe may take; must be positive.
     type: int
     default: 5
   journal_lines:
-    description: How many of the unit's last journal lines to return when it is dead.
+    description: How many of the unit's last journal lines to return when it is dead; 0 or more.
     type: int
     default: 20
 attributes:
@@ -36,6 +39,9 @@ attributes:
     support: full
   diff_mode:
     support: none
+notes:
+  - A failure (a bad URL or option, an unknown unit, no C(systemctl)) returns every key as well, with
+    RV(dead=true), so an C(until) loop on RV(ready) or RV(dead) ends at once and shows the failure's message.
 author:
   - vllm-fleet developers
 """
@@ -49,6 +55,11 @@ EXAMPLES = r"""
   until: health.ready or health.dead
   retries: 180
   delay: 5
+
+- name: Say why it died
+  ansible.builtin.fail:
+    msg: "vllm.service stopped ({{ health.unit_result }}): {{ health.root_cause | default('see journal_tail', true) }}"
+  when: health.dead
 """
 
 RETURN = r"""
@@ -73,18 +84,34 @@ unit_result:
   returned: always
   type: str
 dead:
-  description: Whether the unit is neither active nor activating, so the server will never answer.
+  description:
+    - Whether the unit is neither active nor activating, so the server will never answer.
+    - Also true when the module fails.
   returned: always
   type: bool
 journal_tail:
-  description: The last lines the unit's current run logged, when it is dead.
+  description:
+    - The last O(journal_lines) lines the unit's current run logged, when it is dead.
+    - When C(journalctl) fails, one line that says so and why.
   returned: always
   type: list
   elements: str
+root_cause:
+  description:
+    - >-
+      When the unit is dead, the last exception line (C(SomethingError: ...)) in its current run's journal,
+      without vLLM's wrappers that only point elsewhere (C(Engine core initialization failed. See root cause above),
+      C(... See stack trace for root cause.)).
+    - Null when the unit is not dead or its journal holds no exception.
+  returned: always
+  type: str
+  sample: "ValueError: current platform cpu does not support ray."
 """
 
-import json
+import http.client
+import re
 import urllib.error
+import urllib.parse
 import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
@@ -96,48 +123,106 @@ ARGUMENT_SPEC = dict(
     journal_lines=dict(type="int", default=20),
 )
 
+# Enough of a failed start to reach the first traceback behind the workers' ones.
+ROOT_CAUSE_WINDOW = 1000
+# An exception line that opens a message (not one quoted inside a warning).
+_EXC = re.compile(r"(?:^|\] |\)\s)((?:[a-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception)): (\S.*)$")
+# vLLM's wrappers that only point at the real exception.
+_WRAPPER = re.compile(r"Engine core initialization failed|[Ss]ee (?:the )?(?:root cause|stack trace)")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# Never through a proxy: the server is on the fleet's own network.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
 
 def probe(url: str, timeout: int):
     try:
-        with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=timeout) as resp:
+        with _OPENER.open(url.rstrip("/") + "/health", timeout=timeout) as resp:
             return resp.status, ""
     except urllib.error.HTTPError as exc:
         return exc.code, f"HTTP {exc.code}"
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         return None, str(reason)
+    except http.client.HTTPException as exc:
+        # Something answered, but not HTTP (a wrong port).
+        return None, f"not an HTTP answer ({type(exc).__name__}: {exc})"
 
 
-def unit_state(module, unit: str):
-    systemctl = module.get_bin_path("systemctl", required=True)
+def root_cause(lines):
+    """The last exception line that is not one of vLLM's wrappers."""
+    for line in reversed(lines):
+        m = _EXC.search(_ANSI.sub("", line).rstrip())
+        if m and not _WRAPPER.search(line):
+            return ("%s: %s" % m.groups())[:500]
+    return None
+
+
+def unit_state(module, unit: str, fail):
+    systemctl = module.get_bin_path("systemctl")
+    if not systemctl:
+        fail(f"systemctl not found on this host: unit={unit} needs systemd; omit unit to probe the URL only")
     rc, out, err = module.run_command([systemctl, "show", "-p", "ActiveState", "-p", "Result",
                                        "-p", "InvocationID", "-p", "LoadState", unit])
     props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-    if rc != 0 or props.get("LoadState") == "not-found":
-        module.fail_json(msg=f"systemd has no unit {unit} on this host ({err.strip() or 'not-found'}); "
-                             "check the unit name or run the provisioning play first")
+    if rc != 0:
+        why = " ".join(err.split()) or "no output"
+        fail(f"cannot read the state of {unit}: systemctl show failed (exit {rc}: {why}); "
+             "run this on the host whose systemd runs the unit, or omit unit")
+    if props.get("LoadState") == "not-found":
+        fail(f"systemd has no unit {unit} on this host (not-found); "
+             "check the unit name or run the provisioning play first")
     return props
+
+
+def journal(module, unit: str, invocation: str, lines: int):
+    """(the last ``lines`` lines, the root cause) of the unit's current run."""
+    journalctl = module.get_bin_path("journalctl")
+    if not journalctl:
+        return [], None
+    cmd = [journalctl, "-u", unit, "-o", "cat", "--no-pager", "-n", str(max(lines, ROOT_CAUSE_WINDOW))]
+    if invocation:
+        cmd.append("_SYSTEMD_INVOCATION_ID=" + invocation)
+    rc, out, err = module.run_command(cmd)
+    text = out.splitlines()
+    if rc != 0 and not text:
+        why = " ".join(err.split()) or "no output"
+        return [f"(journalctl -u {unit} failed, exit {rc}: {why})"], None
+    return (text[len(text) - lines:] if lines else []), root_cause(text)
 
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
+    result = dict(changed=False, ready=False, status=None, error="", unit_state=None, unit_result=None,
+                  dead=False, journal_tail=[], root_cause=None)
+
+    def fail(msg):
+        # Every key comes back, dead included, so `until: x.ready or x.dead`
+        # ends at once and shows msg instead of an undefined-key error.
+        module.fail_json(msg=msg, **dict(result, dead=True))
+
+    try:
+        url = urllib.parse.urlsplit(p["url"])
+        valid = url.scheme in ("http", "https") and bool(url.hostname) and (url.port or 0) >= 0
+    except ValueError:  # a bad port or IPv6 literal
+        valid = False
+    if not valid:
+        fail(f"url must be the server's base URL, http(s)://HOST:PORT, got {p['url']!r}")
+    if p["timeout"] <= 0:
+        fail(f"timeout must be a positive number of seconds, got {p['timeout']}")
+    if p["journal_lines"] < 0:
+        fail(f"journal_lines must be 0 or more, got {p['journal_lines']}")
+
     status, error = probe(p["url"], p["timeout"])
-    result = dict(changed=False, ready=status == 200, status=status, error=error,
-                  unit_state=None, unit_result=None, dead=False, journal_tail=[])
+    result.update(ready=status == 200, status=status, error=error)
     if p["unit"]:
-        props = unit_state(module, p["unit"])
+        props = unit_state(module, p["unit"], fail)
         result["unit_state"] = props.get("ActiveState")
         result["unit_result"] = props.get("Result")
         result["dead"] = props.get("ActiveState") not in ("active", "activating", "reloading")
         if result["dead"]:
-            journalctl = module.get_bin_path("journalctl")
-            if journalctl:
-                cmd = [journalctl, "-u", p["unit"], "-o", "cat", "--no-pager", "-n", str(p["journal_lines"])]
-                if props.get("InvocationID"):
-                    cmd.append("_SYSTEMD_INVOCATION_ID=" + props["InvocationID"])
-                _rc, out, _err = module.run_command(cmd)
-                result["journal_tail"] = out.splitlines()[-p["journal_lines"]:]
+            result["journal_tail"], result["root_cause"] = journal(
+                module, p["unit"], props.get("InvocationID"), p["journal_lines"])
     module.exit_json(**result)
 
 

@@ -71,6 +71,8 @@ def parse_nodes(raw) -> RayCluster:
         raise RayProbeError("ray.nodes() did not return a list")
     nodes = []
     for entry in raw:
+        if not isinstance(entry, dict):
+            raise RayProbeError(f"ray.nodes() returned a {type(entry).__name__} where a node (a dict) belongs")
         res = entry.get("Resources") or {}
         nodes.append(
             RayNode(
