@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-PLAYBOOKS := site.yml $(wildcard playbooks/*.yml)
+PLAYBOOKS := site.yml $(wildcard playbooks/*.yml) $(wildcard lab/playbooks/*.yml)
 
 .PHONY: help venv lint yamllint ansible-lint syntax unit test lab-e2e bench clean demo
 
@@ -56,13 +56,15 @@ unit: $(STAMP) ## pytest: module_utils, modules, filters, docs
 test: lint syntax unit lab-e2e ## Everything CI runs: lint, syntax, unit tests, then the lab end to end
 
 # The lab end to end: build (artefacts are reused), fresh hosts, every
-# integration test, and teardown even when a test fails.
+# integration test, and teardown even when a test fails. The files run in a
+# day's order: the hosts, then site.yml from bare hosts, then the serving modes.
+LAB_TESTS := tests/integration/test_lab_hosts.py tests/integration/test_site.py tests/integration/test_serving_modes.py
 lab-e2e: $(STAMP) lab-deps
 	@echo ">> lab end to end (tests/integration): fresh hosts, then site.yml and friends"
 	@$(LAB_SH) down >/dev/null
 	@rc=0; \
 	  { $(MAKE) --no-print-directory lab-up && \
-	    VLLM_FLEET_LAB=1 $(BIN)/python -m pytest -q tests/integration; } || rc=$$?; \
+	    VLLM_FLEET_LAB=1 $(BIN)/python -m pytest -q $(LAB_TESTS); } || rc=$$?; \
 	  $(LAB_SH) down || true; \
 	  exit $$rc
 

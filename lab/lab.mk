@@ -20,7 +20,7 @@ lab-status: ## Lab: artefacts, hosts, active faults
 	$(LAB_SH) status
 
 lab-test: $(STAMP) lab-up ## Lab: integration tests against the running lab
-	VLLM_FLEET_LAB=1 $(BIN)/python -m pytest -q -m lab tests/integration
+	VLLM_FLEET_LAB=1 $(BIN)/python -m pytest -q $(LAB_TESTS)
 
 lab-clean: ## Lab: down, then remove built artefacts except the downloads
 	$(LAB_SH) clean

@@ -1,0 +1,142 @@
+"""Gate mode and direct mode on the lab, under the load of the lab's
+multi-session client (lab/consumer), which rereads endpoint.env before every
+request and falls back to a fallback model on failure.
+
+Needs a converged lab (test_site.py runs first; the module fixture converges
+again if run alone).
+"""
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+
+import pytest
+
+from labtools import lab_sh
+
+pytestmark = pytest.mark.lab
+
+CLIENT = "vllm-fleet-session-client.service"
+LOG = "/var/log/vllm-fleet/session-client.jsonl"
+
+
+def on_host(host: str, cmd: str) -> str:
+    return lab_sh("ssh", host, cmd, check=False).stdout
+
+
+def now_ts() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
+
+
+def summary(since: str) -> dict:
+    out = on_host("lab3", f"python3 /opt/vllm-fleet/consumer/session_client.py --summary {LOG} --since {since}")
+    return json.loads(out)
+
+
+def endpoint_env() -> str:
+    return on_host("lab3", "cat /etc/vllm-fleet/endpoint.env")
+
+
+def gate_health() -> str:
+    """The gate's /health status as seen on its host (the hosts have no curl)."""
+    probe = (
+        "import urllib.request, urllib.error\n"
+        "try:\n"
+        "    print(urllib.request.urlopen('http://10.200.0.13:8100/health', timeout=2).status)\n"
+        "except urllib.error.HTTPError as e:\n"
+        "    print(e.code)\n"
+        "except OSError:\n"
+        "    print('down')\n"
+    )
+    return on_host("lab3", f"python3 -c \"{probe}\"").strip()
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def client(play):
+    """A converged lab in direct mode with the session client running."""
+    assert play("site.yml").rc == 0
+    assert play("lab/playbooks/consumer-app.yml").rc == 0
+    if "VLLM_FLEET_MODE=gate" in endpoint_env():
+        assert play("playbooks/direct-cutover.yml", "-e", "vllm_fleet_confirm=direct").rc == 0
+    on_host("lab3", f"systemctl start {CLIENT}")
+    since = now_ts()
+    wait_for(lambda: summary(since)["outcomes"].get("ok", 0) >= 3, 60, "the client's first answers")
+    yield
+    on_host("lab3", f"systemctl stop {CLIENT}")
+
+
+def test_a_cutover_needs_an_explicit_confirmation(client, play):
+    before = endpoint_env()
+    r = play("playbooks/gate-cutover.yml")
+    assert r.rc != 0
+    assert "Run it again with -e vllm_fleet_confirm=gate" in r.stdout
+    assert endpoint_env() == before
+
+
+def test_both_cutovers_under_load_have_zero_errors_and_zero_fallbacks(client, play):
+    since = now_ts()
+    r = play("playbooks/gate-cutover.yml", "-e", "vllm_fleet_confirm=gate")
+    assert r.rc == 0
+    assert "VLLM_FLEET_MODE=gate" in endpoint_env()
+    assert "serving mode: gate" in r.stdout
+    # Already in gate mode: nothing changes.
+    again = play("playbooks/gate-cutover.yml", "-e", "vllm_fleet_confirm=gate")
+    assert again.rc == 0 and again.changed() == {}
+    wait_for(lambda: summary(since)["by_mode"].get("gate", {}).get("ok", 0) >= 5, 60, "answers through the gate")
+
+    r = play("playbooks/direct-cutover.yml", "-e", "vllm_fleet_confirm=direct")
+    assert r.rc == 0
+    assert "VLLM_FLEET_MODE=direct" in endpoint_env()
+    assert "gate: archived" in r.stdout
+    assert on_host("lab3", "systemctl is-enabled vllm-fleet-gate.service").strip() == "disabled"
+    assert on_host("lab3", "test -f /etc/vllm-fleet/gate.json && echo kept").strip() == "kept"
+    again = play("playbooks/direct-cutover.yml", "-e", "vllm_fleet_confirm=direct")
+    assert again.rc == 0 and again.changed() == {}
+    mark = now_ts()
+    wait_for(lambda: summary(mark)["by_mode"].get("direct", {}).get("ok", 0) >= 5, 60, "answers from the engine")
+
+    s = summary(since)
+    assert s["outcomes"].get("fallback", 0) == 0, s
+    assert s["outcomes"].get("error", 0) == 0, s
+    assert s["by_mode"]["gate"]["ok"] > 0 and s["by_mode"]["direct"]["ok"] > 0
+
+
+def test_a_cutover_with_a_wedged_engine_leaves_the_consumers_where_they_were(client, play):
+    before = endpoint_env()
+    lab_sh("fault", "wedge", "lab1")
+    try:
+        r = play("playbooks/gate-cutover.yml", "-e", "vllm_fleet_confirm=gate", "-e", "serving_cutover_probe_timeout=10")
+        assert r.rc != 0
+    finally:
+        lab_sh("fault", "unwedge", "lab1")
+    assert endpoint_env() == before
+    assert on_host("lab3", "systemctl is-active vllm-fleet-gate.service").strip() != "active"
+
+
+def test_a_killed_gate_comes_back_and_the_fallbacks_show_the_outage(client, play):
+    assert play("playbooks/gate-cutover.yml", "-e", "vllm_fleet_confirm=gate").rc == 0
+    pid_before = on_host("lab3", "systemctl show -p MainPID --value vllm-fleet-gate.service").strip()
+    since = now_ts()
+    lab_sh("fault", "kill-gate", "lab3")
+    wait_for(lambda: on_host("lab3", "systemctl show -p MainPID --value vllm-fleet-gate.service").strip() not in ("0", pid_before)
+             and gate_health() == "200",
+             60, "systemd to restart the gate")
+    mark = now_ts()
+    wait_for(lambda: summary(mark)["by_mode"].get("gate", {}).get("ok", 0) >= 3, 60, "answers through the restarted gate")
+    s = summary(since)
+    assert s["outcomes"].get("error", 0) == 0, s
+    # Requests that met the dead gate went to the fallback model; the
+    # longest run of them is the outage as the application saw it.
+    assert s["outcomes"].get("fallback", 0) >= 1, s
+    assert 0 < s["longest_fallback_run_s"] < 30, s
+    assert play("playbooks/direct-cutover.yml", "-e", "vllm_fleet_confirm=direct").rc == 0
