@@ -71,6 +71,25 @@ def test_check_mode_with_diff_runs_clean(play):
     assert r.changed() == {}
 
 
+@pytest.mark.parametrize(
+    "extravars, message",
+    [
+        ({"vllm_server_tensor_parallel_size": 3}, "has 2 host(s) (lab1, lab2) but vllm_server_tensor_parallel_size is 3"),
+        (lab_args(no_such_flag=1), "has no --no-such-flag"),
+        ({"vllm_install_model_source": "host:/srv/models/absent"}, "No model at /srv/models/absent"),
+        ({"vllm_fleet_rank": ""}, "or an integer vllm_fleet_rank"),
+    ],
+    ids=["tp-mismatch", "unknown-flag", "missing-model", "missing-rank"],
+)
+def test_bad_input_fails_clearly_before_any_host_changes(play, extravars, message):
+    head_before = invocation("lab1", "vllm.service")
+    r = play("site.yml", extravars=extravars)
+    assert r.rc != 0
+    assert message in r.stdout
+    assert r.changed() == {}, f"bad input changed {r.changed()}"
+    assert invocation("lab1", "vllm.service") == head_before
+
+
 def test_a_changed_flag_restarts_the_whole_engine_and_verifies(play):
     head_before = invocation("lab1", "vllm.service")
     ray_before = invocation("lab2", "ray.service")
