@@ -115,3 +115,21 @@ def test_a_down_worker_stops_the_play_before_any_restart(play):
     # The worker came back without its Ray node: a converge restarts the engine whole.
     assert play("site.yml").rc == 0
     assert "RayWorkerProc" in on_host("lab2", "ps -eo args")
+
+
+def test_the_mp_backend_serves_tp2_across_the_same_hosts_and_back(play):
+    """vLLM's own multi-node mode (--nnodes, --headless worker) is the
+    alternative backend; switching is a whole-engine restart either way."""
+    r = play("site.yml", extravars={"vllm_server_backend": "mp"})
+    assert r.rc == 0
+    report = json.loads(REPORT.read_text())
+    (engine,) = report["engines"]
+    assert engine["flags"]["distributed_executor_backend"] == "mp"
+    assert int(engine["flags"]["tensor_parallel_size"]) == 2
+    assert report["sample_completion"]["text"]
+    assert "--headless" in on_host("lab2", "ps -eo args")
+    assert "raylet" not in on_host("lab1", "ps -eo args") + on_host("lab2", "ps -eo args")
+    # Back to Ray, the production path.
+    assert play("site.yml").rc == 0
+    assert "RayWorkerProc" in on_host("lab2", "ps -eo args")
+    assert "--headless" not in on_host("lab2", "ps -eo args")
