@@ -44,8 +44,10 @@ def run_playbook(playbook: str, *args: str, extravars: dict | None = None, timeo
         "ANSIBLE_FORCE_COLOR": "0",
         "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
     }
-    private = REPO / ".cache" / "runner"
-    private.mkdir(parents=True, exist_ok=True)
+    # A fresh private dir per run: ansible-runner reads env/cmdline and
+    # env/extravars left there by an earlier run.
+    (REPO / ".cache").mkdir(exist_ok=True)
+    private = Path(tempfile.mkdtemp(prefix="runner-", dir=REPO / ".cache"))
     r = ansible_runner.run(
         private_data_dir=str(private),
         project_dir=str(REPO),
