@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from module_docs import module_doc
 import yaml
 
 import ray_cluster_info as module
@@ -109,11 +110,7 @@ def test_python_must_be_an_executable_file(run_module, tmp_path, kind):
 
 
 def _doc(name: str):
-    tree = ast.parse((REPO / "library" / "ray_cluster_info.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and node.targets[0].id == name:
-            return yaml.safe_load(node.value.value)
-    raise AssertionError(name)
+    return module_doc("ray_cluster_info.py", name)
 
 
 def test_documentation_matches_argspec():

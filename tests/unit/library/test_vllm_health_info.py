@@ -22,6 +22,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from module_docs import module_doc
 import yaml
 
 import vllm_health_info as module
@@ -203,11 +204,7 @@ def test_bad_values_fail_with_every_key(run_module, params, msg):
 
 
 def _doc(name: str):
-    tree = ast.parse((REPO / "library" / "vllm_health_info.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and node.targets[0].id == name:
-            return yaml.safe_load(node.value.value)
-    raise AssertionError(name)
+    return module_doc("vllm_health_info.py", name)
 
 
 def test_documentation_matches_argspec():

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from module_docs import module_doc
 import yaml
 
 import vllm_kv_cache_info as module
@@ -72,11 +73,7 @@ def test_required_must_be_a_bool(run_module):
 
 
 def _doc(name: str):
-    tree = ast.parse((REPO / "library" / "vllm_kv_cache_info.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and node.targets[0].id == name:
-            return yaml.safe_load(node.value.value)
-    raise AssertionError(name)
+    return module_doc("vllm_kv_cache_info.py", name)
 
 
 def test_documentation_matches_argspec():
