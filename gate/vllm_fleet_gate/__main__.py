@@ -12,12 +12,14 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 
 from aiohttp import web
 
 from . import __version__
 from .app import Gate
 from .config import Config, ConfigError, load_config
+from .logsink import LoopBatchedHandler
 
 ENV_CONFIG = "VLLM_FLEET_GATE_CONFIG"
 log = logging.getLogger("vllm_fleet_gate")
@@ -37,9 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-async def serve(config: Config) -> int:
+async def serve(config: Config, access_sink: Callable[[str], None] | None = None) -> int:
     """Run until SIGTERM/SIGINT, then stop gracefully. Returns the exit status."""
-    gate = Gate(config)
+    gate = Gate(config, access_sink=access_sink)
     # handler_cancellation: a client that disconnects cancels its handler,
     # which is how a queued waiter leaves the queue.
     runner = web.AppRunner(gate.make_app(), handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
@@ -77,6 +79,16 @@ async def serve(config: Config) -> int:
     return 0
 
 
+def _loop_factory():
+    """uvloop's event loop when it is installed (it is in the gate's
+    dependencies), else asyncio's own."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if not args.config:
@@ -100,9 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False
-    logging.basicConfig(stream=sys.stderr, level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
+    # One write per event-loop turn rather than per line (logsink.py).
+    handler = LoopBatchedHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=args.log_level, handlers=[handler])
     try:
-        return asyncio.run(serve(config))
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            return runner.run(serve(config, access_sink=handler.write_line))
     except KeyboardInterrupt:  # pragma: no cover - a second Ctrl-C
         return 130
 

@@ -18,6 +18,7 @@ import hmac
 import json
 import logging
 import time
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 
@@ -110,8 +111,12 @@ class _Exchange:
 class Gate:
     """One gate: its books, its metrics, its engine sessions and handlers."""
 
-    def __init__(self, config: Config, *, clock=time.monotonic):
+    def __init__(self, config: Config, *, clock=time.monotonic, access_sink: Callable[[str], None] | None = None):
+        """``access_sink``: where each request's log line goes, already
+        formatted (``__main__`` passes the batched handler's ``write_line``);
+        None logs it through the ``vllm_fleet_gate.access`` logger."""
         self.config = config
+        self._access_sink = access_sink
         self.admission = Admission(
             ((u.name, u.kv_cache_tokens, u.max_model_len) for u in config.upstreams),
             max_queue_depth=config.queue_max_depth,
@@ -721,15 +726,14 @@ class Gate:
     def _log(self, ex: _Exchange, started: float) -> None:
         if not access_log.isEnabledFor(logging.INFO):
             return
-        access_log.info(
-            "%s %s %d tokens=%s queue_ms=%s upstream=%s total_ms=%.1f stream=%s%s",
-            ex.method,
-            ex.path,
-            ex.status,
-            "-" if ex.tokens is None else ex.tokens,
-            "-" if ex.queue_ms is None else f"{ex.queue_ms:.1f}",
-            ex.upstream,
-            (time.perf_counter() - started) * 1000,
-            "true" if ex.stream else "false",
-            f" reason={ex.reason}" if ex.reason else "",
+        line = (
+            f"{ex.method} {ex.path} {ex.status}"
+            f" tokens={'-' if ex.tokens is None else ex.tokens}"
+            f" queue_ms={'-' if ex.queue_ms is None else f'{ex.queue_ms:.1f}'}"
+            f" upstream={ex.upstream} total_ms={(time.perf_counter() - started) * 1000:.1f}"
+            f" stream={'true' if ex.stream else 'false'}{f' reason={ex.reason}' if ex.reason else ''}"
         )
+        if self._access_sink is not None:
+            self._access_sink(f"INFO {access_log.name}: {line}\n")
+        else:
+            access_log.info(line)

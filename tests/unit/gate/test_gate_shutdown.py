@@ -100,6 +100,11 @@ async def test_sigterm_end_to_end(fake_engine, tmp_path):
         assert "Traceback" not in stderr
         assert "all requests finished; exiting" in stderr
         assert fake.labels() == ["a"]
+        # The access log is written in batches (logsink.py): every line is
+        # there by the exit, the completed request's included.
+        access = [line for line in stderr.splitlines() if line.startswith("INFO vllm_fleet_gate.access: ")]
+        assert any(" POST /v1/completions 200 " in line for line in access), stderr
+        assert any(" 503 " in line and "reason=shutting_down" in line for line in access), stderr
     finally:
         if proc.returncode is None:
             proc.kill()
