@@ -15,7 +15,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 PLAYBOOKS := site.yml $(wildcard playbooks/*.yml) $(wildcard lab/playbooks/*.yml)
 
-.PHONY: help venv lint yamllint ansible-lint syntax unit test lab-e2e bench clean demo
+.PHONY: help venv lint yamllint ansible-lint syntax unit test lab-e2e bench clean demo molecule
 
 include lab/lab.mk
 
@@ -57,8 +57,10 @@ test: lint syntax unit lab-e2e ## Everything CI runs: lint, syntax, unit tests, 
 
 # The lab end to end: build (artefacts are reused), fresh hosts, every
 # integration test, and teardown even when a test fails. The files run in a
-# day's order: the hosts, then site.yml from bare hosts, then the serving modes.
-LAB_TESTS := tests/integration/test_lab_hosts.py tests/integration/test_site.py tests/integration/test_serving_modes.py
+# day's order: the hosts, then site.yml from bare hosts, then the serving modes,
+# then every role's molecule scenario on the hosts those left converged.
+LAB_TESTS := tests/integration/test_lab_hosts.py tests/integration/test_site.py tests/integration/test_serving_modes.py \
+             tests/integration/test_molecule.py
 lab-e2e: $(STAMP) lab-deps
 	@echo ">> lab end to end (tests/integration): fresh hosts, then site.yml and friends"
 	@$(LAB_SH) down >/dev/null
@@ -67,6 +69,9 @@ lab-e2e: $(STAMP) lab-deps
 	    VLLM_FLEET_LAB=1 $(BIN)/python -m pytest -q $(LAB_TESTS); } || rc=$$?; \
 	  $(LAB_SH) down || true; \
 	  exit $$rc
+
+molecule: $(STAMP) lab-deps lab-up ## Every role's molecule scenario on the lab (left up; `make lab-down` after)
+	VLLM_FLEET_LAB=1 $(BIN)/python -m pytest -q tests/integration/test_molecule.py
 
 demo: $(STAMP) lab-deps lab-up ## Build the lab, run site.yml on it, print the report
 	$(BIN)/ansible-playbook site.yml

@@ -1,0 +1,64 @@
+"""Each role's molecule scenario (roles/<role>/molecule/default/, shared
+settings in .config/molecule/config.yml), run as a developer would:
+``molecule test`` from the role's directory.
+
+make test runs these after the site and serving-mode tests, on the lab they
+left up: each scenario's create finds the hosts answering and its destroy
+leaves them up. Run alone (``cd roles/<role> && molecule test``) a scenario
+brings the lab up and takes it down itself.
+
+The order is the order the roles build on each other, so a scenario's
+prepare step finds its prerequisites in place and only checks them.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+import pytest
+from labtools import REPO
+
+ROLES_IN_ORDER = [
+    "gpu_preflight",
+    "vllm_install",
+    "ray_cluster",
+    "vllm_server",
+    "vllm_verify",
+    "serving_endpoint",
+    "fleet_report",
+    "gate_service",
+    "serving_cutover",
+]
+
+
+def molecule_test(role: str, timeout: int = 1800) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        # molecule runs ansible-config and ansible-playbook from PATH.
+        "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
+        "NO_COLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "PY_COLORS": "0",
+    }
+    return subprocess.run(
+        [str(REPO / ".venv" / "bin" / "molecule"), "test"],
+        cwd=REPO / "roles" / role, env=env, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize("role", ROLES_IN_ORDER)
+def test_role_scenario(role):
+    r = molecule_test(role)
+    out = r.stdout + r.stderr
+    tail = "\n".join(out.splitlines()[-80:])
+    assert r.returncode == 0, f"molecule test failed for {role}:\n{tail}"
+    # Every step ran, none was skipped for a missing playbook, and the
+    # idempotence step passed (a second converge changed nothing).
+    recap = re.search(r"^default\s*: actions=(\d+)\s+successful=(\d+)\s+disabled=(\d+)\s+skipped=(\d+)"
+                      r"\s+missing=(\d+)\s+failed=(\d+)", out, re.M)
+    assert recap, f"no scenario recap in molecule's output:\n{tail}"
+    actions, successful, _disabled, skipped, missing, failed = map(int, recap.groups())
+    assert (failed, missing, skipped) == (0, 0, 0) and successful == actions, recap.group(0)
+    assert re.search(r"default (?:>|➜) idempotence: Executed: Successful", out), tail
+    assert re.search(r"default (?:>|➜) verify: Executed: Successful", out), tail
