@@ -53,6 +53,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
 GATE_DIR = REPO / "gate"
+sys.path.insert(0, str(GATE_DIR))
+
+from vllm_fleet_gate.__main__ import loop_factory  # noqa: E402 - the gate is not installed in the venv
 
 BODY = json.dumps({
     "model": "stub", "max_tokens": 16,
@@ -66,18 +69,10 @@ TARGET_P99_MS = 5.0
 TARGET_RATIO = 0.9
 
 
-def _loop_factory():
-    """uvloop's loop when installed (requirements.txt pins it; the gate runs
-    on it too), so every process here uses the same loop as the gate."""
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
-
-
 def run(coro):
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+    """Run ``coro`` on the gate's event loop (uvloop when installed), so
+    every process here uses the same loop as the gate."""
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
         return runner.run(coro)
 
 
@@ -348,7 +343,6 @@ def gate_logic_us(n: int = 20000) -> float:
     import io
     import logging
 
-    sys.path.insert(0, str(GATE_DIR))
     from vllm_fleet_gate.admission import Demand, prompt_parts, read_limits, estimate_tokens
     from vllm_fleet_gate.app import Gate, _Exchange, access_log
     from vllm_fleet_gate.config import parse_config
@@ -403,7 +397,7 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    loop = "uvloop" if _loop_factory() else "asyncio's own loop"
+    loop = "uvloop" if loop_factory() else "asyncio's own loop"
     return (f"{model}, {os.cpu_count()} CPUs visible, Python {platform.python_version()}, "
             f"{platform.system()} {platform.release()}, event loop: {loop}")
 

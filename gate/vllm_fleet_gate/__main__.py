@@ -22,6 +22,7 @@ from .config import Config, ConfigError, load_config
 from .logsink import LoopBatchedHandler
 
 ENV_CONFIG = "VLLM_FLEET_GATE_CONFIG"
+LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
 log = logging.getLogger("vllm_fleet_gate")
 
 
@@ -79,7 +80,7 @@ async def serve(config: Config, access_sink: Callable[[str], None] | None = None
     return 0
 
 
-def _loop_factory():
+def loop_factory():
     """uvloop's event loop when it is installed (it is in the gate's
     dependencies), else asyncio's own."""
     try:
@@ -112,13 +113,20 @@ def main(argv: list[str] | None = None) -> int:
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False
-    # One write per event-loop turn rather than per line (logsink.py).
+    # One write per event-loop turn rather than per line (logsink.py); the
+    # access lines skip the LogRecord and go straight into that batch, in the
+    # same format.
     handler = LoopBatchedHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
     logging.basicConfig(level=args.log_level, handlers=[handler])
+    access_prefix = LOG_FORMAT % {"levelname": "INFO", "name": "vllm_fleet_gate.access", "message": ""}
+
+    def access_sink(line: str) -> None:
+        handler.write_line(f"{access_prefix}{line}\n")
+
     try:
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            return runner.run(serve(config, access_sink=handler.write_line))
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            return runner.run(serve(config, access_sink=access_sink))
     except KeyboardInterrupt:  # pragma: no cover - a second Ctrl-C
         return 130
 

@@ -112,9 +112,9 @@ class Gate:
     """One gate: its books, its metrics, its engine sessions and handlers."""
 
     def __init__(self, config: Config, *, clock=time.monotonic, access_sink: Callable[[str], None] | None = None):
-        """``access_sink``: where each request's log line goes, already
-        formatted (``__main__`` passes the batched handler's ``write_line``);
-        None logs it through the ``vllm_fleet_gate.access`` logger."""
+        """``access_sink``: called with each request's log line instead of
+        logging it through the ``vllm_fleet_gate.access`` logger (``__main__``
+        hands it straight to the batched log handler)."""
         self.config = config
         self._access_sink = access_sink
         self.admission = Admission(
@@ -734,6 +734,6 @@ class Gate:
             f" stream={'true' if ex.stream else 'false'}{f' reason={ex.reason}' if ex.reason else ''}"
         )
         if self._access_sink is not None:
-            self._access_sink(f"INFO {access_log.name}: {line}\n")
+            self._access_sink(line)
         else:
             access_log.info(line)
