@@ -2,14 +2,62 @@
 
 An engine (a TP group) is the set of hosts in the engines group that share a
 ``vllm_fleet_engine`` name; its rank-0 host is the head (Ray head, ``vllm
-serve``). Kept self-contained: filter plugins cannot import the project's
-module_utils through ``ansible.module_utils``.
+serve``). ``engine_records`` builds the one record of each engine that every
+role, report and restart reads. Kept self-contained: filter plugins cannot
+import the project's module_utils through ``ansible.module_utils``.
 """
 from __future__ import annotations
 
 import re
+from functools import lru_cache
+from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
+
+# The toolkit's defaults, written once. Another host's variables (hostvars)
+# never include a role's defaults, so the record reads them from the file.
+DEFAULTS_FILE = Path(__file__).resolve().parents[2] / "roles" / "vllm_fleet_defaults" / "defaults" / "main.yml"
+
+# Engine-wide settings: every host of an engine must agree on them.
+ENGINE_KEYS = (
+    "vllm_server_port", "vllm_server_unit", "vllm_server_served_model_name", "vllm_server_master_port",
+    "vllm_server_backend", "vllm_server_tensor_parallel_size", "vllm_server_pipeline_parallel_size",
+    "vllm_fleet_gpus_per_host", "vllm_fleet_context_tokens", "ray_cluster_unit", "ray_cluster_port",
+    "vllm_install_venv", "vllm_install_user", "vllm_install_home", "vllm_install_model_source",
+    "vllm_install_model_dir",
+)
+# Knobs that were replaced: an inventory that still sets one is refused with
+# the new name, so a quantity never has two knobs.
+RETIRED = {
+    "vllm_server_max_model_len": "vllm_fleet_context_tokens (the one context knob; vLLM gets it as --max-model-len)",
+    "ray_cluster_num_gpus": "vllm_fleet_gpus_per_host (Ray is told each host's GPUs from it)",
+    "vllm_fleet_min_sessions": "vllm_verify_min_sessions",
+    "vllm_server_model": "vllm_install_model_source (the server runs the model vllm_install stages)",
+    "vllm_server_node_ip": "vllm_fleet_address",
+    "ray_cluster_node_ip": "vllm_fleet_address",
+    "gpu_preflight_address": "vllm_fleet_address",
+    "vllm_server_socket_ifname": "vllm_fleet_socket_ifname",
+    "ray_cluster_socket_ifname": "vllm_fleet_socket_ifname",
+    "gpu_preflight_interface": "vllm_fleet_socket_ifname",
+}
+
+
+@lru_cache(maxsize=1)
+def fleet_defaults() -> dict:
+    """The plain defaults of roles/vllm_fleet_defaults."""
+    import yaml
+
+    return yaml.safe_load(DEFAULTS_FILE.read_text()) or {}
+
+
+def _get(hv, key: str):
+    """A host's own value of ``key`` (inventory, facts, set_fact), or the
+    toolkit's default."""
+    try:
+        value = hv.get(key)
+    except Exception:  # an undefined variable inside the value: treat as unset
+        value = None
+    return fleet_defaults().get(key) if value is None else value
 
 
 def _address(hv: dict, name: str) -> str:
@@ -26,6 +74,12 @@ def _rank(value):
     if isinstance(value, str) and re.fullmatch(r"[0-9]+", value):
         return int(value)
     return None
+
+
+def _positive(value):
+    """A positive integer from an int or a digit string, else None."""
+    rank = _rank(value)
+    return rank if rank else None
 
 
 def engine_peers(hosts, hostvars, engine):
@@ -65,6 +119,135 @@ def engine_heads(hosts, hostvars):
             raise AnsibleFilterError(f"engine {engine} has no host with vllm_fleet_rank 0")
         heads.append(dict(peers[0], engine=engine))
     return heads
+
+
+def model_path(source, model_dir) -> str:
+    """Where the model lives on the host: the path of a ``host:`` source, else
+    the directory vllm_install stages it in."""
+    source = str(source or "")
+    return source[5:] if source.startswith("host:") else str(model_dir)
+
+
+def _shape_problems(name: str, hosts: int, tp, pp, gpus) -> list[str]:
+    problems = []
+    for key, value in (("vllm_server_tensor_parallel_size", tp), ("vllm_server_pipeline_parallel_size", pp),
+                       ("vllm_fleet_gpus_per_host", gpus)):
+        if _positive(value) is None:
+            problems.append(f"engine {name}: {key} must be a positive integer, got {value!r}")
+    if problems:
+        return problems
+    tp, pp, gpus = int(tp), int(pp), int(gpus)
+    if hosts * gpus != tp * pp:
+        problems.append(
+            f"engine {name}: {hosts} host(s) x {gpus} GPU(s) per host = {hosts * gpus} GPUs, but tensor parallel"
+            f" {tp} x pipeline parallel {pp} = {tp * pp}; they must be equal. Fix the engine's hosts,"
+            " vllm_fleet_gpus_per_host, vllm_server_tensor_parallel_size or vllm_server_pipeline_parallel_size")
+    return problems
+
+
+def engine_record(hosts, hostvars, engine) -> dict:
+    """The record of one engine: who it is, where it answers, how it is shaped,
+    and ``problems`` (empty when the inventory describes a valid engine)."""
+    peers = engine_peers(hosts, hostvars, engine)
+    problems = []
+    heads = [p for p in peers if p["rank"] == 0]
+    ranks = [p["rank"] for p in peers]
+    if len(heads) != 1 or len(set(ranks)) != len(ranks):
+        problems.append(f"engine {engine} must have exactly one host with vllm_fleet_rank 0 and no rank twice;"
+                        f" its ranks are {sorted(ranks)}")
+    head = heads[0] if heads else peers[0]
+    hv = hostvars[head["name"]]
+    values = {key: _get(hv, key) for key in ENGINE_KEYS}
+    for peer in peers:
+        phv = hostvars[peer["name"]]
+        for key in ENGINE_KEYS:
+            if str(_get(phv, key)) != str(values[key]):
+                problems.append(f"engine {engine}: {key} is {_get(phv, key)!r} on {peer['name']} but"
+                                f" {values[key]!r} on the head {head['name']}; set it on the engine's group")
+        for old, new in RETIRED.items():
+            if phv.get(old) is not None:
+                problems.append(f"{peer['name']} sets {old}, which is gone: use {new}")
+    backend = str(values["vllm_server_backend"])
+    if backend not in ("ray", "mp"):
+        problems.append(f"engine {engine}: vllm_server_backend must be ray or mp, got {backend!r}")
+    tp, pp, gpus = (values["vllm_server_tensor_parallel_size"], values["vllm_server_pipeline_parallel_size"],
+                    values["vllm_fleet_gpus_per_host"])
+    problems += _shape_problems(engine, len(peers), tp, pp, gpus)
+    context = _positive(values["vllm_fleet_context_tokens"])
+    if context is None:
+        problems.append(f"engine {engine}: vllm_fleet_context_tokens must be a positive integer,"
+                        f" got {values['vllm_fleet_context_tokens']!r}")
+    port = _positive(values["vllm_server_port"])
+    url = f"http://{head['address']}:{port or values['vllm_server_port']}"
+    venv = str(values["vllm_install_venv"])
+    model = model_path(values["vllm_install_model_source"], values["vllm_install_model_dir"])
+    return {
+        "name": str(engine),
+        "head": head["name"],
+        "head_address": head["address"],
+        "peers": peers,
+        "hosts": [p["name"] for p in peers],
+        "port": port,
+        "url": url,
+        "api_url": url + "/v1",
+        "unit": str(values["vllm_server_unit"]),
+        "ray_unit": str(values["ray_cluster_unit"]),
+        "ray_port": _positive(values["ray_cluster_port"]),
+        "master_port": _positive(values["vllm_server_master_port"]),
+        "backend": backend,
+        "venv": venv,
+        "vllm_bin": venv.rstrip("/") + "/bin/vllm",
+        "user": str(values["vllm_install_user"]),
+        "home": str(values["vllm_install_home"]),
+        "model": str(model),
+        "served_model_name": str(values["vllm_server_served_model_name"]),
+        "context_tokens": context,
+        "tensor_parallel_size": _positive(tp),
+        "pipeline_parallel_size": _positive(pp),
+        "gpus_per_host": _positive(gpus),
+        "world_size": (_positive(tp) or 0) * (_positive(pp) or 0),
+        "problems": problems,
+    }
+
+
+def engine_records(hosts, hostvars):
+    """One record per engine among ``hosts``, in inventory order."""
+    return [engine_record(hosts, hostvars, engine) for engine in engine_names(hosts, hostvars)]
+
+
+def gate_url(hosts, hostvars) -> str:
+    """The gate's base URL (no /v1) on the first of ``hosts``; '' for none."""
+    if not hosts:
+        return ""
+    name = list(hosts)[0]
+    hv = hostvars[name]
+    host = hv.get("gate_service_listen_host")
+    if not host or str(host) in ("0.0.0.0", "::"):
+        host = _address(hv, name)
+    return f"http://{host}:{_get(hv, 'gate_service_port')}"
+
+
+def gate_upstreams(pairs, kv_overrides=None):
+    """The gate's upstreams from (engine record, vllm_kv_cache_info result)
+    pairs: each engine's URL, its KV pool (an override by engine name wins)
+    and the context it serves as logged at boot, the figure vllm_verify
+    checks against the inventory."""
+    upstreams = []
+    for record, kv in pairs or []:
+        kv = kv or {}
+        tokens = (kv_overrides or {}).get(record["name"], kv.get("kv_cache_tokens"))
+        if tokens is None:
+            raise AnsibleFilterError(
+                f"engine {record['name']}: no KV pool in the boot log of {record['unit']} on {record['head']}"
+                f" ({kv.get('msg') or 'not found'}); start the engine with site.yml, or set"
+                f" gate_service_kv_cache_tokens for it")
+        upstreams.append({
+            "name": record["name"],
+            "url": record["url"],
+            "kv_cache_tokens": int(tokens),
+            "max_model_len": int(kv.get("concurrency_tokens") or record["context_tokens"]),
+        })
+    return upstreams
 
 
 def vllm_argv(flags):
@@ -129,6 +312,9 @@ class FilterModule:
             "engine_peers": engine_peers,
             "engine_names": engine_names,
             "engine_heads": engine_heads,
+            "engine_records": engine_records,
+            "gate_url": gate_url,
+            "gate_upstreams": gate_upstreams,
             "vllm_argv": vllm_argv,
             "systemd_quote": systemd_quote,
         }

@@ -71,15 +71,41 @@ def test_check_mode_with_diff_runs_clean(play):
     assert r.changed() == {}
 
 
+def _step_tags() -> list[str]:
+    """Every role's step tags (roles/*/tasks/main.yml) but its preflight.
+    gpu_preflight's steps are one check in three parts (probe, clock,
+    report read each other's results), so it is left out."""
+    import yaml
+
+    tags = set()
+    for main in (REPO / "roles").glob("*/tasks/main.yml"):
+        for task in yaml.safe_load(main.read_text()) or []:
+            tags.update(t for t in task.get("tags", []) if t != "always")
+    return sorted(t for t in tags if not t.endswith("_preflight") and not t.startswith("gpu_preflight_"))
+
+
+def test_each_step_runs_without_its_preflight(play):
+    """Derived values live in vars/, so no step needs what a preflight
+    computed: every role's steps, selected by tag without their preflights,
+    render and run clean on the converged lab (check mode)."""
+    tags = _step_tags()
+    assert "vllm_server_configure" in tags and "ray_cluster_service" in tags
+    r = play("site.yml", "--check", "--tags", ",".join(tags))
+    assert r.rc == 0, r.stdout[-3000:]
+    assert r.changed() == {}
+
+
 @pytest.mark.parametrize(
     "extravars, message",
     [
-        ({"vllm_server_tensor_parallel_size": 3}, "has 2 host(s) (lab1, lab2) but vllm_server_tensor_parallel_size is 3"),
+        ({"vllm_server_tensor_parallel_size": 4},
+         "2 host(s) x 1 GPU(s) per host = 2 GPUs, but tensor parallel 4 x pipeline parallel 1 = 4"),
+        ({"vllm_server_max_model_len": 4096}, "sets vllm_server_max_model_len, which is gone: use vllm_fleet_context_tokens"),
         (lab_args(no_such_flag=1), "has no --no-such-flag"),
         ({"vllm_install_model_source": "host:/srv/models/absent"}, "No model at /srv/models/absent"),
         ({"vllm_fleet_rank": ""}, "or an integer vllm_fleet_rank"),
     ],
-    ids=["tp-mismatch", "unknown-flag", "missing-model", "missing-rank"],
+    ids=["shape-mismatch", "retired-knob", "unknown-flag", "missing-model", "missing-rank"],
 )
 def test_bad_input_fails_clearly_before_any_host_changes(play, extravars, message):
     head_before = invocation("lab1", "vllm.service")
@@ -88,6 +114,16 @@ def test_bad_input_fails_clearly_before_any_host_changes(play, extravars, messag
     assert message in r.stdout
     assert r.changed() == {}, f"bad input changed {r.changed()}"
     assert invocation("lab1", "vllm.service") == head_before
+
+
+def test_verify_refuses_a_context_the_engine_does_not_serve(play):
+    """One context knob: the engine logs the context it serves, and a
+    verification against another one fails and says what to do."""
+    r = play("playbooks/verify.yml", extravars={"vllm_fleet_context_tokens": 1024})
+    assert r.rc != 0
+    assert "Maximum concurrency for 2048 tokens per request" in r.stdout
+    assert "vllm_fleet_context_tokens 1024" in r.stdout
+    assert r.changed() == {}
 
 
 def test_a_changed_flag_restarts_the_whole_engine_and_verifies(play):

@@ -1,6 +1,7 @@
 """Every role documents exactly the variables it defaults (STYLE: defaults
-and meta/argument_specs.yml name the same keys), and has a molecule
-scenario that the lab run covers."""
+and meta/argument_specs.yml name the same keys), every shared default is
+written once (roles/vllm_fleet_defaults), every play lists that role first,
+and every role with tasks has a molecule scenario that the lab run covers."""
 from __future__ import annotations
 
 import sys
@@ -11,6 +12,10 @@ import yaml
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
 ROLE_DIRS = sorted(p for p in ROLES.iterdir() if p.is_dir())
+# The role that only holds shared defaults and the engine record.
+DEFAULTS_ROLE = ROLES / "vllm_fleet_defaults"
+TASK_ROLES = [p for p in ROLE_DIRS if (p / "tasks").is_dir()]
+REPO = ROLES.parent
 
 
 def _load(path: Path) -> dict:
@@ -31,17 +36,20 @@ def test_defaults_match_argument_specs(role: Path):
     assert documented_with_default - public_defaults == set(), "documented default missing in defaults/main.yml"
 
 
-@pytest.mark.parametrize("role", ROLE_DIRS, ids=lambda p: p.name)
+@pytest.mark.parametrize("role", TASK_ROLES, ids=lambda p: p.name)
 def test_public_variables_are_prefixed_with_the_role(role: Path):
+    """A role's own knobs carry its name; the only others it may take are
+    what vllm_fleet_defaults provides (the engine record above all)."""
     specs = _load(role / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
-    bad = [k for k in specs if not k.startswith(role.name + "_")]
+    provided = set(_load(DEFAULTS_ROLE / "defaults" / "main.yml")) | set(_load(DEFAULTS_ROLE / "vars" / "main.yml"))
+    bad = [k for k in specs if not k.startswith(role.name + "_") and k not in provided]
     assert not bad, f"variables not prefixed with {role.name}_: {bad}"
 
 
 SHARED_MOLECULE = ROLES.parent / ".config" / "molecule" / "config.yml"
 
 
-@pytest.mark.parametrize("role", ROLE_DIRS, ids=lambda p: p.name)
+@pytest.mark.parametrize("role", TASK_ROLES, ids=lambda p: p.name)
 def test_every_role_has_a_molecule_scenario(role: Path):
     """One scenario per role, with a playbook for every step its sequence
     names (the shared config's sequence unless the scenario sets its own)."""
@@ -64,4 +72,96 @@ def test_the_lab_run_covers_every_scenario():
     sys.path.insert(0, str(ROLES.parent / "tests" / "integration"))
     from test_molecule import ROLES_IN_ORDER
 
-    assert sorted(ROLES_IN_ORDER) == [p.name for p in ROLE_DIRS]
+    assert sorted(ROLES_IN_ORDER) == [p.name for p in TASK_ROLES]
+
+
+def test_the_defaults_role_has_no_tasks():
+    assert not (DEFAULTS_ROLE / "tasks").exists(), "vllm_fleet_defaults holds defaults and vars only"
+
+
+SHARED = set(_load(DEFAULTS_ROLE / "defaults" / "main.yml"))
+
+
+@pytest.mark.parametrize("role", TASK_ROLES, ids=lambda p: p.name)
+def test_no_role_restates_a_shared_default(role: Path):
+    """One fact in one place: a default of vllm_fleet_defaults is never
+    defaulted again by another role."""
+    restated = SHARED & set(_load(role / "defaults" / "main.yml"))
+    assert not restated, f"{role.name} restates shared defaults: {sorted(restated)}"
+
+
+def _yaml_files():
+    skip = {".venv", ".cache", "work", "fixtures"}
+    for path in REPO.rglob("*.yml"):
+        if not skip & set(path.relative_to(REPO).parts) and path.parent != DEFAULTS_ROLE / "defaults":
+            yield path
+    yield from (REPO / "roles").rglob("*.j2")
+
+
+def test_no_file_gives_a_shared_variable_a_default_of_its_own():
+    """`vllm_server_port | default(8000)` restates a default: every play has
+    vllm_fleet_defaults, so the variable is always defined."""
+    import re
+
+    pattern = re.compile(r"\b(" + "|".join(sorted(SHARED)) + r")\s*\|\s*default\(")
+    found = [f"{p.relative_to(REPO)}: {m.group(0)}" for p in _yaml_files() for m in pattern.finditer(p.read_text())]
+    assert not found, found
+
+
+def _plays():
+    for path in [REPO / "site.yml", *(REPO / "playbooks").glob("*.yml"), *(REPO / "lab" / "playbooks").glob("*.yml"),
+                 *(REPO / "roles").glob("*/molecule/*/*.yml"), *(REPO / "tests" / "molecule").glob("*.yml")]:
+        for play in yaml.safe_load(path.read_text()) or []:
+            if isinstance(play, dict) and "hosts" in play:
+                yield path, play
+
+
+PLAYS = list(_plays())
+
+
+@pytest.mark.parametrize("path,play", PLAYS, ids=[f"{p.relative_to(REPO)}:{pl.get('name')}" for p, pl in PLAYS])
+def test_every_play_lists_the_defaults_role_first(path: Path, play: dict):
+    if path.parent.name == "molecule" and path.parent.parent.name == "tests":
+        pytest.skip("the lab's create/destroy plays run no role")
+    roles = [r["role"] if isinstance(r, dict) else r for r in play.get("roles", [])]
+    assert roles[:1] == ["vllm_fleet_defaults"], f"{path.relative_to(REPO)}: play {play.get('name')!r} roles {roles}"
+
+
+def _tasks_from_targets():
+    """(role, entry point) for every include_role/import_role with tasks_from."""
+    targets = set()
+    for path in _yaml_files():
+        if path.suffix != ".yml":
+            continue
+        def walk(node):
+            if isinstance(node, dict):
+                for key in ("ansible.builtin.include_role", "ansible.builtin.import_role"):
+                    spec = node.get(key)
+                    if isinstance(spec, dict) and "tasks_from" in spec:
+                        targets.add((spec["name"], Path(spec["tasks_from"]).stem))
+                for value in node.values():
+                    walk(value)
+            elif isinstance(node, list):
+                for value in node:
+                    walk(value)
+        walk(yaml.safe_load(path.read_text()))
+    return sorted(targets)
+
+
+TASKS_FROM = _tasks_from_targets()
+
+
+def test_there_are_tasks_from_entry_points():
+    assert ("serving_cutover", "engines") in TASKS_FROM and ("ray_cluster", "service") in TASKS_FROM
+
+
+@pytest.mark.parametrize("role,entry", TASKS_FROM, ids=[f"{r}:{e}" for r, e in TASKS_FROM])
+def test_every_tasks_from_entry_point_has_its_own_argument_specs(role: str, entry: str):
+    """Ansible validates an entry point's inputs only when argument_specs has
+    an entry of that name."""
+    specs = _load(ROLES / role / "meta" / "argument_specs.yml")["argument_specs"]
+    assert entry in specs, f"roles/{role}/meta/argument_specs.yml has no entry point {entry!r}"
+    assert (ROLES / role / "tasks" / f"{entry}.yml").is_file()
+    main = specs["main"]["options"]
+    for key, option in (specs[entry].get("options") or {}).items():
+        assert main.get(key) == option, f"{role}:{entry} documents {key} differently from main"
