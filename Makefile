@@ -20,15 +20,18 @@ PLAYBOOKS := site.yml $(wildcard playbooks/*.yml) $(wildcard lab/playbooks/*.yml
 include lab/lab.mk
 
 help: ## Show the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 venv: $(STAMP) ## Create or refresh .venv from requirements.txt
 
-$(STAMP): requirements.txt
+# The gate goes in editable, so `python -m vllm_fleet_gate` runs the clone's
+# code. No build isolation: the pinned setuptools builds it, with no download.
+$(STAMP): requirements.txt gate/pyproject.toml
 	@echo ">> building $(VENV) from requirements.txt"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation --editable ./gate
 	@touch $@
 
 yamllint: $(STAMP)
@@ -61,7 +64,7 @@ test: lint syntax unit lab-e2e ## Everything CI runs: lint, syntax, unit tests, 
 # then every role's molecule scenario on the hosts those left converged.
 LAB_TESTS := tests/integration/test_lab_hosts.py tests/integration/test_site.py tests/integration/test_serving_modes.py \
              tests/integration/test_molecule.py
-lab-e2e: $(STAMP) lab-deps
+lab-e2e: $(STAMP) lab-deps ## The lab end to end: fresh hosts, every integration test and molecule scenario, teardown
 	@echo ">> lab end to end (tests/integration): fresh hosts, then site.yml and friends"
 	@$(LAB_SH) down >/dev/null
 	@rc=0; \

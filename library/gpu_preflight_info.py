@@ -82,7 +82,9 @@ options:
     elements: str
     default: []
   disk_path:
-    description: Where the model is (or will be) staged. It may not exist yet; its nearest existing parent is measured.
+    description:
+      - Where the model is (or will be) staged. It may not exist yet; its nearest existing parent is measured.
+      - O(disk_path) and O(min_disk_gib) are required together.
     type: path
   min_disk_gib:
     description: GiB the model needs at O(disk_path), counting what is already staged there.
@@ -108,7 +110,9 @@ notes:
   - Needs C(ip) and C(ss) (iproute2) for the network and port checks.
 seealso:
   - name: NVIDIA DGX Spark known issues (nvidia-smi reports memory as Not Supported)
-    description: Why GB10 has no GPU memory size.
+    description: >-
+      Why GB10 has no GPU memory size. C(docs/preflight.md) in this repository says what to do when each check
+      fails.
     link: https://docs.nvidia.com/dgx/dgx-spark/known-issues.html
 author:
   - vllm-fleet developers
@@ -232,7 +236,6 @@ clock_offset_s:
 """
 
 import os
-import stat
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -240,20 +243,23 @@ from ansible.module_utils.gpu_preflight import (
     GPU_CHECKS,
     Check,
     PreflightError,
+    PreflightOptionError,
     cgroup_units,
     check_cuda_version,
-    check_disk,
+    check_disk_path,
     check_engine_subnet,
     check_gpu_count,
     check_gpu_driver,
     check_gpu_memory,
     check_interface,
     check_ports,
+    command_failed,
     parse_ip_addr,
     parse_ss,
     render_report,
     summarize,
-    version_tuple,
+    tool_missing,
+    validate_options,
 )
 from ansible.module_utils.nvidia_smi import (
     QUERY_ARGS,
@@ -286,32 +292,15 @@ ARGUMENT_SPEC = dict(
 MEMINFO = "/proc/meminfo"
 SYS_CLASS_NET = "/sys/class/net"
 PROC = "/proc"
-# A model directory has a few dozen files; stop counting a path that is not one.
-STAGED_FILES_LIMIT = 20000
-
-
-def _ipv4(value) -> bool:
-    parts = str(value).split(".")
-    return len(parts) == 4 and all(p.isdigit() and int(p) <= 255 for p in parts)
 
 
 def _validate(module):
     p = module.params
-    if p["min_cuda_version"] is not None:
-        try:
-            version_tuple(p["min_cuda_version"])
-        except ValueError:
-            module.fail_json(msg=f"min_cuda_version must be a version such as 12.8, got '{p['min_cuda_version']}'")
-    if p["min_gpus"] < 0:
-        module.fail_json(msg=f"min_gpus must be 0 or more, got {p['min_gpus']}")
-    bad = [str(x) for x in p["ports"] if not 1 <= x <= 65535]
-    if bad:
-        module.fail_json(msg=f"ports must be between 1 and 65535, got {', '.join(bad)}")
-    if p["address"] is not None and not _ipv4(p["address"]):
-        module.fail_json(msg=f"address must be an IPv4 address, got '{p['address']}'")
-    bad = [a for a in p["peer_addresses"] if not _ipv4(a)]
-    if bad:
-        module.fail_json(msg=f"peer_addresses must be IPv4 addresses, got '{', '.join(bad)}'")
+    try:
+        validate_options(min_cuda_version=p["min_cuda_version"], min_gpus=p["min_gpus"], ports=p["ports"],
+                         address=p["address"], peer_addresses=p["peer_addresses"])
+    except PreflightOptionError as exc:
+        module.fail_json(msg=str(exc))
 
 
 def _read(path):
@@ -331,7 +320,7 @@ def _probe_gpu(module):
             "not_installed",
             f"{name} not found or not executable",
             "Install the NVIDIA driver and its utilities (nvidia-smi comes with them), or set "
-            "gpu_preflight_nvidia_smi to its path.",
+            "nvidia_smi to its path.",
         )
     rc, out, err = module.run_command([smi])
     failure = classify_failure(f"{out}\n{err}")
@@ -369,18 +358,13 @@ def _gpu_checks(module):
     meminfo = _read(MEMINFO) if report.unified_memory else None
     memory, source = check_gpu_memory(report, p["min_gpu_memory_gib"], meminfo)
     checks.append(memory)
-    if p["min_cuda_version"] is not None:
-        checks.append(check_cuda_version(report, p["min_cuda_version"]))
-    else:
-        checks.append(Check("cuda_version", True, f"the driver supports CUDA {report.cuda_version or 'unknown'}, no minimum set"))
+    checks.append(check_cuda_version(report, p["min_cuda_version"]))
     return checks, report, source
 
 
-def _tool(module, name, check, package="iproute2"):
+def _tool(module, name, check):
     path = module.get_bin_path(name)
-    if path:
-        return path, None
-    return None, Check(check, False, f"{name} not found", f"Install {package}.")
+    return (path, None) if path else (None, tool_missing(check, name))
 
 
 def _network_checks(module):
@@ -392,8 +376,7 @@ def _network_checks(module):
         return [missing]
     rc, out, err = module.run_command([ip, "-o", "-4", "addr", "show"])
     if rc != 0:
-        return [Check("engine_interface", False, f"`ip -o -4 addr show` failed (rc={rc}): {err.strip()[:200]}",
-                      "Run it on the host and fix what it reports.")]
+        return [command_failed("engine_interface", "ip -o -4 addr show", rc, err)]
     addresses = parse_ip_addr(out)
     try:
         interfaces = os.listdir(SYS_CLASS_NET)
@@ -413,8 +396,7 @@ def _port_checks(module):
         return [missing]
     rc, out, err = module.run_command([ss, "-Htlnp"])
     if rc != 0:
-        return [Check("ports_free", False, f"`ss -Htlnp` failed (rc={rc}): {err.strip()[:200]}",
-                      "Run it on the host and fix what it reports.")]
+        return [command_failed("ports_free", "ss -Htlnp", rc, err)]
     try:
         listeners = parse_ss(out)
     except PreflightError as exc:
@@ -424,42 +406,11 @@ def _port_checks(module):
     return [check_ports(p["ports"], listeners, units, p["owner_units"])]
 
 
-def _staged_bytes(path):
-    """Bytes of the regular files under ``path`` (links not followed, so a
-    hub cache's snapshot links do not count twice)."""
-    total = files = 0
-    if not os.path.isdir(path):
-        st = os.lstat(path)
-        return st.st_size if stat.S_ISREG(st.st_mode) else 0
-    for root, _dirs, names in os.walk(path):
-        for n in names:
-            files += 1
-            if files > STAGED_FILES_LIMIT:
-                return None
-            try:
-                st = os.lstat(os.path.join(root, n))
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode):
-                total += st.st_size
-    return total
-
-
 def _disk_checks(module):
     p = module.params
     if p["disk_path"] is None:
         return []
-    path = os.path.normpath(p["disk_path"])
-    measured = path
-    while not os.path.exists(measured) and measured != os.path.dirname(measured):
-        measured = os.path.dirname(measured)
-    st = os.statvfs(measured)
-    staged = _staged_bytes(path) if measured == path else 0
-    if staged is None:
-        return [Check("disk_free", False,
-                      f"{path} holds more than {STAGED_FILES_LIMIT} files; it is not a model directory",
-                      "Point gpu_preflight_disk_path at the model's own directory.")]
-    return [check_disk(path, measured, st.f_bavail * st.f_frsize, staged, p["min_disk_gib"])]
+    return [check_disk_path(p["disk_path"], p["min_disk_gib"])]
 
 
 def main():

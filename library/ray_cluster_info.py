@@ -45,6 +45,10 @@ notes:
   - Run it as the user the Ray processes run as.
   - A cluster that does not answer yet is reported as RV(ok=false), not as a failure, so C(until) can retry.
     A wrong O(python), a venv without Ray or unreadable probe output fail the task, with RV(ok) and RV(message) set.
+seealso:
+  - name: ray.nodes
+    description: The Ray API the probe calls; RV(nodes) is read from its answer.
+    link: https://docs.ray.io/en/latest/ray-core/api/doc/ray.nodes.html
 author:
   - vllm-fleet developers
 """

@@ -2,7 +2,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Check the flags a running vLLM server was started with (logic: module_utils/vllm_flags.py)."""
+"""Check the flags a running vLLM server was started with (logic: module_utils/vllm_flags_report.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ description:
     and compares the effective values with what the operator wants.
   - A flag that is not on the command line has the version's default, as the help shows it.
   - The boot log's C(non-default args) line can add explicit values and the version.
-  - Never changes anything. Reports mismatches, flags this version does not have, and drift
+  - Never changes the server or its unit (it writes only its own O(help_cache) entries). Reports mismatches, flags this version does not have, and drift
     between a unit's configured C(ExecStart) and the process it runs.
   - "Command line forms: C(vllm serve MODEL ...), C([python] /opt/venv/bin/vllm serve ...),
     C(python -m vllm.entrypoints.openai.api_server ...), C(python -m vllm.entrypoints.cli.main serve ...),
@@ -48,6 +48,22 @@ options:
         table and C(VLLM_BIN --version) for the version.
       - Exactly one of O(vllm_bin) and O(help_text) is required.
     type: str
+  help_cache:
+    description:
+      - A directory on the target that keeps the output of C(VLLM_BIN serve --help=all) and
+        C(VLLM_BIN --version), so that the slow help command runs once per installed vLLM rather than
+        on every call. It is created (mode C(0755)) when missing; each entry is one C(KEY.json) file (mode C(0644)).
+      - "The key is a fingerprint of the install, read without running Python: the real path of O(vllm_bin),
+        its size and modification time, and the names and modification times of the C(*.dist-info) directories
+        under C(lib/python*/site-packages) (or C(dist-packages)) of its environment, two levels above the executable.
+        Installing, upgrading or removing any package there changes the key."
+      - A missing, unreadable or corrupt entry is a miss, never an error; the commands run and the entry is
+        written again. A run whose C(--version) gives no version writes nothing. Check mode reads entries but
+        never writes one.
+      - Without any C(*.dist-info) directory the install cannot be fingerprinted; the module warns and runs the
+        commands on every call.
+      - Requires O(vllm_bin).
+    type: path
   help_text:
     description:
       - The output of C(vllm serve --help=all) of the installed version, instead of running O(vllm_bin).
@@ -99,12 +115,18 @@ notes:
     reprs (a C(KVTransferConfig) object, for example) as strings.
   - C(systemctl show) prints C(ExecStart) unquoted; words with spaces are rejoined when they are JSON,
     and C($VAR) words match any running value.
+seealso:
+  - name: vLLM engine arguments
+    description: Every flag of C(vllm serve) with its type and default. C(docs/modules.md) in this repository
+      says how this module reads them.
+    link: https://docs.vllm.ai/en/latest/configuration/engine_args.html
 extends_documentation_fragment:
   - action_common_attributes
 attributes:
   check_mode:
     support: full
-    details: The module only reads, so check mode returns the same result.
+    details: The module only reads, so check mode returns the same result; it only skips writing a
+      O(help_cache) entry.
   diff_mode:
     support: none
   platform:
@@ -124,6 +146,14 @@ EXAMPLES = r"""
       distributed_executor_backend: ray
     forbid:
       - watermark
+
+- name: Check a unit, reading the help once per installed vLLM
+  vllm_flags_info:
+    unit: vllm.service
+    vllm_bin: /opt/vllm/venv/bin/vllm
+    help_cache: /var/cache/vllm-fleet/help
+    expect:
+      tensor_parallel_size: 2
 
 - name: Survey a fleet without failing, from a process id
   vllm_flags_info:
@@ -243,6 +273,11 @@ problems:
   type: list
   elements: str
   sample: ["watermark: must not be set, running 0.15 (--watermark 0.15 on the command line)"]
+help_cached:
+  description: Whether the flag table and the version came from an O(help_cache) entry instead of running O(vllm_bin).
+  returned: always
+  type: bool
+  sample: true
 changed:
   description: Always false; the module only reads.
   returned: always
@@ -251,31 +286,16 @@ changed:
 """
 
 import os
-from dataclasses import asdict
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.vllm_flags import (
-    SOURCE_CMDLINE,
-    SOURCE_LOG,
-    SourceError,
-    VllmFlagsError,
-    check,
-    combine_settings,
-    compare_unit,
-    drift_message,
-    log_settings,
-    mask_argv,
-    parse_boot_log,
-    parse_cmdline,
-    parse_help,
-    parse_systemctl_show,
-    read_proc_cmdline,
-    split_cmdline,
-    split_exec_argv,
-    version_from_output,
-    version_mismatch,
-    version_tuple,
-)
+from ansible.module_utils.versions import version_from_output
+from ansible.module_utils.vllm_bootlog import parse_boot_log
+from ansible.module_utils.vllm_cmdline import read_proc_cmdline, split_cmdline
+from ansible.module_utils.vllm_drift import running_unit
+from ansible.module_utils.vllm_flag_errors import SourceError, VllmFlagsError
+from ansible.module_utils.vllm_flags_report import boot_log_warning, flags_report
+from ansible.module_utils.vllm_help import parse_help
+from ansible.module_utils.vllm_help_cache import HelpCache, entry_text, environment_of, fingerprint
 
 ARGUMENT_SPEC = dict(
     cmdline=dict(type="raw"),
@@ -283,6 +303,7 @@ ARGUMENT_SPEC = dict(
     unit=dict(type="str"),
     vllm_bin=dict(type="str"),
     help_text=dict(type="str"),
+    help_cache=dict(type="path"),
     vllm_version=dict(type="str"),
     log_path=dict(type="path"),
     expect=dict(type="dict", default={}),
@@ -291,37 +312,53 @@ ARGUMENT_SPEC = dict(
 )
 MUTUALLY_EXCLUSIVE = [["cmdline", "pid", "unit"], ["vllm_bin", "help_text"]]
 REQUIRED_ONE_OF = [["cmdline", "pid", "unit", "log_path"], ["vllm_bin", "help_text"]]
+REQUIRED_BY = {"help_cache": "vllm_bin"}
 
 
 def _tail(text: str, lines: int = 3) -> str:
     return " | ".join(ln.strip() for ln in (text or "").strip().splitlines()[-lines:])
 
 
+def find_vllm(module) -> str:
+    name = module.params["vllm_bin"]
+    if "/" in name:
+        if not os.path.exists(name):
+            raise SourceError(f"vllm_bin {name} does not exist; point it at the vllm executable "
+                              "of the server's environment (e.g. /opt/vllm/venv/bin/vllm)")
+        if os.path.isdir(name) or not os.access(name, os.X_OK):
+            raise SourceError(f"vllm_bin {name} is not executable; point it at the vllm "
+                              "executable of the server's environment")
+        return name
+    path = module.get_bin_path(name)
+    if path is None:
+        raise SourceError(f"vllm_bin {name} is not on PATH; give its full path, "
+                          "e.g. /opt/vllm/venv/bin/vllm")
+    return path
+
+
 def load_table(module):
-    """The flag table and the version it comes with (None for help_text)."""
+    """(the flag table, the installed version (None for help_text), whether the
+    help cache answered)."""
     params = module.params
     if params["help_text"] is not None:
-        return parse_help(params["help_text"]), None
-    name = params["vllm_bin"]
-    if "/" in name:
-        path = name
-        if not os.path.exists(path):
-            raise SourceError(f"vllm_bin {path} does not exist; point it at the vllm executable "
-                              "of the server's environment (e.g. /opt/vllm/venv/bin/vllm)")
-        if os.path.isdir(path) or not os.access(path, os.X_OK):
-            raise SourceError(f"vllm_bin {path} is not executable; point it at the vllm "
-                              "executable of the server's environment")
-    else:
-        path = module.get_bin_path(name)
-        if path is None:
-            raise SourceError(f"vllm_bin {name} is not on PATH; give its full path, "
-                              "e.g. /opt/vllm/venv/bin/vllm")
-    rc, out, err = module.run_command([path, "serve", "--help=all"])
+        return parse_help(params["help_text"]), None, False
+    path = find_vllm(module)
+    cache = key = None
+    if params["help_cache"] is not None:
+        cache, key = HelpCache(params["help_cache"]), fingerprint(path)
+        if key is None:
+            module.warn(f"help_cache: no *.dist-info directory under {environment_of(path)}/lib/python*/, "
+                        f"so a change of the install could not be seen; running `{path} serve --help=all`")
+        hit = cache.load(key) if key else None
+        if hit is not None:
+            return hit.table, hit.version, True
+
+    rc, help_out, err = module.run_command([path, "serve", "--help=all"])
     if rc != 0:
-        raise SourceError(f"`{path} serve --help=all` failed (rc={rc}): {_tail(err or out)}; "
+        raise SourceError(f"`{path} serve --help=all` failed (rc={rc}): {_tail(err or help_out)}; "
                           "check that vllm_bin is vLLM's CLI and that its environment imports")
     try:
-        table = parse_help(out)
+        table = parse_help(help_out)
     except VllmFlagsError as exc:
         raise SourceError(f"`{path} serve --help=all` printed no flag table: {exc}") from None
     rc, out, err = module.run_command([path, "--version"])
@@ -329,114 +366,56 @@ def load_table(module):
     if version is None:
         module.warn(f"could not read the version from `{path} --version` (rc={rc}): "
                     f"{_tail(err or out, 1)}; set vllm_version")
-    return table, version
-
-
-def read_unit(module, unit: str):
-    systemctl = module.get_bin_path("systemctl")
-    if systemctl is None:
-        raise SourceError("systemctl is not on this host's PATH; the unit source needs systemd "
-                          "(use pid or cmdline instead)")
-    rc, out, err = module.run_command(
-        [systemctl, "show", "-p", "MainPID", "-p", "ExecStart", "-p", "LoadState", unit])
-    if rc != 0:
-        raise SourceError(f"`systemctl show {unit}` failed (rc={rc}): {_tail(err or out)}")
-    info = parse_systemctl_show(out, unit)
-    if info.main_pid <= 0:
-        raise SourceError(f"unit {unit} has no running main process (MainPID={info.main_pid}); "
-                          f"start it, or see `systemctl status {unit}`")
-    return info, read_proc_cmdline(info.main_pid)
-
-
-def resolve_version(module, installed, logged):
-    given = module.params["vllm_version"]
-    if given is not None:
+    elif key and not module.check_mode:
         try:
-            version_tuple(given)
-        except ValueError:
-            raise SourceError(f"vllm_version {given!r} is not a version like 0.32.0") from None
-        if installed and version_tuple(installed) != version_tuple(given):
-            raise SourceError(f"vllm_version {given} contradicts `vllm --version` ({installed}); "
-                              "drop vllm_version when vllm_bin is given")
-        return installed or given
-    return installed or logged
+            cache.save(key, entry_text(path, help_out, out))
+        except OSError as exc:
+            module.warn(f"help_cache: cannot write {cache.path(key)} ({exc.strerror or exc}); "
+                        "the help is read again next time")
+    return table, version, False
 
 
-def run(module) -> tuple[dict, list[str], list[str]]:
+def read_command_line(module):
+    """(the running argv or None, the unit it runs under or None)."""
     params = module.params
-    table, installed = load_table(module)
-
-    argv = None
-    unit_info = None
     if params["cmdline"] is not None:
         if not isinstance(params["cmdline"], (list, str)):
             raise SourceError("cmdline must be a list of words or a string")
-        argv = split_cmdline(params["cmdline"])
-    elif params["pid"] is not None:
+        return split_cmdline(params["cmdline"]), None
+    if params["pid"] is not None:
         if params["pid"] <= 0:
             raise SourceError(f"pid must be a positive process id, got {params['pid']}")
-        argv = read_proc_cmdline(params["pid"])
-    elif params["unit"] is not None:
-        unit_info, argv = read_unit(module, params["unit"])
+        return read_proc_cmdline(params["pid"]), None
+    if params["unit"] is not None:
+        unit = params["unit"]
+        systemctl = module.get_bin_path("systemctl")
+        if systemctl is None:
+            raise SourceError("systemctl is not on this host's PATH; the unit source needs systemd "
+                              "(use pid or cmdline instead)")
+        rc, out, err = module.run_command(
+            [systemctl, "show", "-p", "MainPID", "-p", "ExecStart", "-p", "LoadState", unit])
+        if rc != 0:
+            raise SourceError(f"`systemctl show {unit}` failed (rc={rc}): {_tail(err or out)}")
+        info = running_unit(out, unit)
+        return read_proc_cmdline(info.main_pid), info
+    return None, None
 
+
+def run(module):
+    """Gather the inputs and report on them: (the result, the FlagsReport)."""
+    params = module.params
+    table, installed, cached = load_table(module)
+    argv, unit = read_command_line(module)
     boot = None
     if params["log_path"] is not None:
         boot = parse_boot_log(params["log_path"])
-        if boot.args is None:
-            hint = (f"log_path {params['log_path']} has no `non-default args:` line (vLLM 0.9 and "
-                    "later log it at start-up)")
-            if argv is None:
-                raise SourceError(hint + "; check the path, or give cmdline, pid or unit")
-            module.warn(hint + "; using the command line alone")
-
-    version = resolve_version(module, installed, boot.version if boot else None)
-
-    parsed = None
-    if argv is not None:
-        try:
-            parsed = parse_cmdline(argv, table)
-        except VllmFlagsError as exc:
-            if unit_info is not None:
-                raise SourceError(f"{exc}; MainPID {unit_info.main_pid} of unit {params['unit']} may "
-                                  "be a wrapper: give the vLLM process as pid") from None
-            raise
-    cmd_settings = parsed.settings if parsed else {}
-    unknown = list(parsed.unknown) if parsed else []
-    logged, log_unknown = log_settings(boot, table) if boot else ({}, [])
-    unknown += log_unknown
-
-    report = check(table, version, combine_settings(cmd_settings, logged), unknown,
-                   params["expect"], params["forbid"],
-                   context=SOURCE_CMDLINE if parsed else SOURCE_LOG + "'s non-default args")
-    problems = report.problems
-    mismatches = [asdict(m) for m in report.mismatches]
-    stale = version_mismatch(installed or params["vllm_version"], boot.version if boot else None)
-    if stale is not None:
-        mismatches.append(asdict(stale))
-        problems.append(stale.message)
-
-    drift = None
-    unit_cmdline = None
-    if unit_info is not None:
-        result = compare_unit(parsed, unit_info, table)
-        drift = result.drifted
-        unit_cmdline = mask_argv(split_exec_argv(unit_info.exec_argv or ""), table)
-        if drift:
-            problems.append(drift_message(result))
-
-    out = dict(
-        changed=False,
-        vllm_version=version,
-        effective=report.effective,
-        explicit=report.explicit,
-        mismatches=mismatches,
-        unsupported=[asdict(u) for u in report.unsupported],
-        drift=drift,
-        cmdline=mask_argv(argv, table) if argv is not None else None,
-        unit_cmdline=unit_cmdline,
-        problems=problems,
-    )
-    return out, problems, report.bad_input
+        warning = boot_log_warning(boot, has_cmdline=argv is not None)
+        if warning:
+            module.warn(warning)
+    report = flags_report(table, argv=argv, boot=boot, installed=installed,
+                          given_version=params["vllm_version"], unit=unit, unit_name=params["unit"],
+                          expect=params["expect"], forbid=params["forbid"])
+    return dict(report.result(), help_cached=cached), report
 
 
 def _summary(problems: list[str]) -> str:
@@ -450,20 +429,21 @@ def main():
         argument_spec=ARGUMENT_SPEC,
         mutually_exclusive=MUTUALLY_EXCLUSIVE,
         required_one_of=REQUIRED_ONE_OF,
+        required_by=REQUIRED_BY,
         supports_check_mode=True,
     )
     try:
-        result, problems, bad_input = run(module)
+        result, report = run(module)
     except VllmFlagsError as exc:
         module.fail_json(msg=str(exc), changed=False)
 
-    if bad_input:
-        module.fail_json(msg=_summary(problems) + " (a flag in expect/forbid that this version "
+    if report.bad_input:
+        module.fail_json(msg=_summary(report.problems) + " (a flag in expect/forbid that this version "
                          "lacks cannot be checked; fix the names or upgrade vLLM)", **result)
-    if problems and module.params["on_mismatch"] == "fail":
-        module.fail_json(msg=_summary(problems) + " (fix the flags in the service definition "
+    if report.problems and module.params["on_mismatch"] == "fail":
+        module.fail_json(msg=_summary(report.problems) + " (fix the flags in the service definition "
                          "and restart vLLM, or set on_mismatch=warn to report only)", **result)
-    for problem in problems:
+    for problem in report.problems:
         module.warn(problem)
     module.exit_json(**result)
 

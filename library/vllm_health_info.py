@@ -2,7 +2,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Probe a vLLM server's /health once, together with its systemd unit."""
+"""Probe a vLLM server's /health once, together with its systemd unit (logic: module_utils/vllm_health.py)."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -42,6 +42,14 @@ attributes:
 notes:
   - A failure (a bad URL or option, an unknown unit, no C(systemctl)) returns every key as well, with
     RV(dead=true), so an C(until) loop on RV(ready) or RV(dead) ends at once and shows the failure's message.
+seealso:
+  - module: vllm_kv_cache_info
+    description: Reads the KV cache pool from the same unit's journal once the server is ready.
+  - name: journalctl
+    description: >-
+      How the current run's lines are selected (C(_SYSTEMD_INVOCATION_ID)). C(docs/modules.md) in this repository
+      says how the root cause is found, with real failed starts.
+    link: https://www.freedesktop.org/software/systemd/man/latest/journalctl.html
 author:
   - vllm-fleet developers
 """
@@ -109,12 +117,21 @@ root_cause:
 """
 
 import http.client
-import re
 import urllib.error
-import urllib.parse
 import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.systemd import parse_show
+from ansible.module_utils.vllm_health import (
+    HealthArgumentError,
+    JournalEvidence,
+    health_url,
+    is_dead,
+    is_ready,
+    journal_argv,
+    journal_evidence,
+    validate_options,
+)
 
 ARGUMENT_SPEC = dict(
     url=dict(type="str", required=True),
@@ -123,20 +140,13 @@ ARGUMENT_SPEC = dict(
     journal_lines=dict(type="int", default=20),
 )
 
-# Enough of a failed start to reach the first traceback behind the workers' ones.
-ROOT_CAUSE_WINDOW = 1000
-# An exception line that opens a message (not one quoted inside a warning).
-_EXC = re.compile(r"(?:^|\] |\)\s)((?:[a-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception)): (\S.*)$")
-# vLLM's wrappers that only point at the real exception.
-_WRAPPER = re.compile(r"Engine core initialization failed|[Ss]ee (?:the )?(?:root cause|stack trace)")
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # Never through a proxy: the server is on the fleet's own network.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def probe(url: str, timeout: int):
     try:
-        with _OPENER.open(url.rstrip("/") + "/health", timeout=timeout) as resp:
+        with _OPENER.open(health_url(url), timeout=timeout) as resp:
             return resp.status, ""
     except urllib.error.HTTPError as exc:
         return exc.code, f"HTTP {exc.code}"
@@ -148,22 +158,13 @@ def probe(url: str, timeout: int):
         return None, f"not an HTTP answer ({type(exc).__name__}: {exc})"
 
 
-def root_cause(lines):
-    """The last exception line that is not one of vLLM's wrappers."""
-    for line in reversed(lines):
-        m = _EXC.search(_ANSI.sub("", line).rstrip())
-        if m and not _WRAPPER.search(line):
-            return ("%s: %s" % m.groups())[:500]
-    return None
-
-
 def unit_state(module, unit: str, fail):
     systemctl = module.get_bin_path("systemctl")
     if not systemctl:
         fail(f"systemctl not found on this host: unit={unit} needs systemd; omit unit to probe the URL only")
     rc, out, err = module.run_command([systemctl, "show", "-p", "ActiveState", "-p", "Result",
                                        "-p", "InvocationID", "-p", "LoadState", unit])
-    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    props = parse_show(out)
     if rc != 0:
         why = " ".join(err.split()) or "no output"
         fail(f"cannot read the state of {unit}: systemctl show failed (exit {rc}: {why}); "
@@ -174,20 +175,13 @@ def unit_state(module, unit: str, fail):
     return props
 
 
-def journal(module, unit: str, invocation: str, lines: int):
-    """(the last ``lines`` lines, the root cause) of the unit's current run."""
+def journal(module, unit: str, invocation: str, lines: int) -> JournalEvidence:
+    """The last ``lines`` lines and the root cause of the unit's current run."""
     journalctl = module.get_bin_path("journalctl")
     if not journalctl:
-        return [], None
-    cmd = [journalctl, "-u", unit, "-o", "cat", "--no-pager", "-n", str(max(lines, ROOT_CAUSE_WINDOW))]
-    if invocation:
-        cmd.append("_SYSTEMD_INVOCATION_ID=" + invocation)
-    rc, out, err = module.run_command(cmd)
-    text = out.splitlines()
-    if rc != 0 and not text:
-        why = " ".join(err.split()) or "no output"
-        return [f"(journalctl -u {unit} failed, exit {rc}: {why})"], None
-    return (text[len(text) - lines:] if lines else []), root_cause(text)
+        return JournalEvidence([])
+    rc, out, err = module.run_command(journal_argv(journalctl, unit, invocation, lines))
+    return journal_evidence(unit, lines, rc, out, err)
 
 
 def main():
@@ -202,27 +196,20 @@ def main():
         module.fail_json(msg=msg, **dict(result, dead=True))
 
     try:
-        url = urllib.parse.urlsplit(p["url"])
-        valid = url.scheme in ("http", "https") and bool(url.hostname) and (url.port or 0) >= 0
-    except ValueError:  # a bad port or IPv6 literal
-        valid = False
-    if not valid:
-        fail(f"url must be the server's base URL, http(s)://HOST:PORT, got {p['url']!r}")
-    if p["timeout"] <= 0:
-        fail(f"timeout must be a positive number of seconds, got {p['timeout']}")
-    if p["journal_lines"] < 0:
-        fail(f"journal_lines must be 0 or more, got {p['journal_lines']}")
+        validate_options(p["url"], p["timeout"], p["journal_lines"])
+    except HealthArgumentError as exc:
+        fail(str(exc))
 
     status, error = probe(p["url"], p["timeout"])
-    result.update(ready=status == 200, status=status, error=error)
+    result.update(ready=is_ready(status), status=status, error=error)
     if p["unit"]:
         props = unit_state(module, p["unit"], fail)
         result["unit_state"] = props.get("ActiveState")
         result["unit_result"] = props.get("Result")
-        result["dead"] = props.get("ActiveState") not in ("active", "activating", "reloading")
+        result["dead"] = is_dead(props.get("ActiveState"))
         if result["dead"]:
-            result["journal_tail"], result["root_cause"] = journal(
-                module, p["unit"], props.get("InvocationID"), p["journal_lines"])
+            evidence = journal(module, p["unit"], props.get("InvocationID"), p["journal_lines"])
+            result.update(journal_tail=evidence.tail, root_cause=evidence.root_cause)
     module.exit_json(**result)
 
 

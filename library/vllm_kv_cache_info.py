@@ -26,7 +26,7 @@ description:
     A repeated once-per-engine line (V0 block line, v0.28+ combined line) also starts a new boot.
   - Several lines from one engine (one per worker in v0.8 to v0.11) give the minimum,
     which is what the engine runs with.
-    Data-parallel engines (C(EngineCore_DP0), C(EngineCore_DP1), ...) each keep their own pool in O(per_engine),
+    Data-parallel engines (C(EngineCore_DP0), C(EngineCore_DP1), ...) each keep their own pool in RV(per_engine),
     and the top-level values are those of the engine with the smallest pool.
   - >-
     Look-alikes such as C(GPU KV cache usage: 0.0%), prose and tqdm residue glued onto numbers never match;
@@ -88,8 +88,9 @@ notes:
   - For hybrid models before v0.20.1 the token figure and the concurrency ratio disagree (vLLM issue 40694);
     the module warns when floor(tokens / context) and floor(ratio) differ for the same context.
 seealso:
-  - name: KV cache log lines by vLLM version
-    description: facts/vllm.md section 1 in the project's research notes, and docs/modules.md.
+  - name: vLLM parallelism and scaling
+    description: How tensor- and pipeline-parallel ranks share one engine's KV cache pool. C(docs/modules.md)
+      in this repository lists the KV cache log lines each vLLM version prints and how this module reads them.
     link: https://docs.vllm.ai/en/latest/serving/parallelism_scaling.html
 """
 
@@ -245,6 +246,7 @@ changed:
 import math
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.systemd import parse_show
 from ansible.module_utils.vllm_kv_cache import (
     CapacityNotFoundError,
     KvCacheError,
@@ -254,7 +256,6 @@ from ansible.module_utils.vllm_kv_cache import (
     diagnose_chunks,
     file_chunks,
     not_found_message,
-    parse_systemctl_show,
     scan_chunks,
     text_chunks,
     unit_invocation,
@@ -286,7 +287,7 @@ def _unit_source(module, unit):
         raise SourceError(
             "systemctl show %s failed (exit %d): %s. unit= needs a target whose services systemd runs; "
             "otherwise read the log with path=." % (unit, rc, (err or out).strip()))
-    invocation = unit_invocation(unit, parse_systemctl_show(out))
+    invocation = unit_invocation(unit, parse_show(out))
     argv = [bins["journalctl"], "-u", unit, "-o", "cat", "--no-pager", "--quiet",
             "_SYSTEMD_INVOCATION_ID=%s" % invocation]
     what = "journalctl -u %s (invocation %s)" % (unit, invocation)

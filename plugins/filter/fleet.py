@@ -60,6 +60,15 @@ def _get(hv, key: str):
     return fleet_defaults().get(key) if value is None else value
 
 
+def _set(hv, key: str) -> bool:
+    """Whether a host sets ``key`` at all (to anything, even an unresolvable
+    template)."""
+    try:
+        return hv.get(key) is not None
+    except Exception:
+        return True
+
+
 def _address(hv: dict, name: str) -> str:
     return str(hv.get("vllm_fleet_address") or hv.get("ansible_host") or name)
 
@@ -165,7 +174,7 @@ def engine_record(hosts, hostvars, engine) -> dict:
                 problems.append(f"engine {engine}: {key} is {_get(phv, key)!r} on {peer['name']} but"
                                 f" {values[key]!r} on the head {head['name']}; set it on the engine's group")
         for old, new in RETIRED.items():
-            if phv.get(old) is not None:
+            if _set(phv, old):
                 problems.append(f"{peer['name']} sets {old}, which is gone: use {new}")
     backend = str(values["vllm_server_backend"])
     if backend not in ("ray", "mp"):
@@ -177,6 +186,9 @@ def engine_record(hosts, hostvars, engine) -> dict:
     if context is None:
         problems.append(f"engine {engine}: vllm_fleet_context_tokens must be a positive integer,"
                         f" got {values['vllm_fleet_context_tokens']!r}")
+    for key in ("vllm_server_port", "ray_cluster_port", "vllm_server_master_port"):
+        if not 0 < (_positive(values[key]) or 0) < 65536:
+            problems.append(f"engine {engine}: {key} must be a port number (1-65535), got {values[key]!r}")
     port = _positive(values["vllm_server_port"])
     url = f"http://{head['address']}:{port or values['vllm_server_port']}"
     venv = str(values["vllm_install_venv"])
@@ -241,11 +253,17 @@ def gate_upstreams(pairs, kv_overrides=None):
                 f"engine {record['name']}: no KV pool in the boot log of {record['unit']} on {record['head']}"
                 f" ({kv.get('msg') or 'not found'}); start the engine with site.yml, or set"
                 f" gate_service_kv_cache_tokens for it")
+        context = kv.get("concurrency_tokens") or record.get("context_tokens")
+        if _positive(tokens) is None or _positive(context) is None:
+            raise AnsibleFilterError(
+                f"engine {record['name']}: the gate needs a positive KV pool and context, got"
+                f" kv_cache_tokens {tokens!r} and context {context!r}; check gate_service_kv_cache_tokens"
+                f" and the engine's boot log")
         upstreams.append({
             "name": record["name"],
             "url": record["url"],
             "kv_cache_tokens": int(tokens),
-            "max_model_len": int(kv.get("concurrency_tokens") or record["context_tokens"]),
+            "max_model_len": int(context),
         })
     return upstreams
 

@@ -3,7 +3,8 @@ per-host report.
 
 The logic lives in ``plugins/module_utils/gpu_preflight.py``; filter plugins
 cannot import the project's module_utils through ``ansible.module_utils``, so
-it is loaded by file path (it depends on the standard library only).
+it is loaded by file path, after the ``versions.py`` it imports (both depend on
+the standard library only).
 """
 from __future__ import annotations
 
@@ -13,15 +14,23 @@ from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
-_PATH = Path(__file__).resolve().parent.parent / "module_utils" / "gpu_preflight.py"
-_NAME = "vllm_fleet_gpu_preflight_logic"
-if _NAME not in sys.modules:
-    _spec = importlib.util.spec_from_file_location(_NAME, _PATH)
-    _module = importlib.util.module_from_spec(_spec)
-    # dataclasses look their module up in sys.modules while the file runs.
-    sys.modules[_NAME] = _module
-    _spec.loader.exec_module(_module)
-_logic = sys.modules[_NAME]
+_MODULE_UTILS = Path(__file__).resolve().parent.parent / "module_utils"
+
+
+def _load(stem: str, name: str):
+    """plugins/module_utils/<stem>.py as the module ``name``."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, _MODULE_UTILS / f"{stem}.py")
+        module = importlib.util.module_from_spec(spec)
+        # dataclasses look their module up in sys.modules while the file runs.
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+# Under the name gpu_preflight.py imports it by, as Ansible ships it to a module.
+_load("versions", "ansible.module_utils.versions")
+_logic = _load("gpu_preflight", "vllm_fleet_gpu_preflight_logic")
 
 
 def _checks(checks):

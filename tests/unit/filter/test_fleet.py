@@ -1,5 +1,6 @@
-"""Tests for plugins/filter/fleet.py: engines from the inventory, vLLM argv, and
-the systemd quoting that puts that argv into the unit's ExecStart=.
+"""Tests for plugins/filter/fleet.py: engines from the inventory and the one
+record of each engine (with the gate's URL and upstreams built from it), vLLM
+argv, and the systemd quoting that puts that argv into the unit's ExecStart=.
 
 systemd_quote is checked twice: against a reference unquoter written from the
 documented rules (systemd.service(5) "Command lines", systemd.syntax(7)
@@ -15,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ansible.module_utils import _internal as _mu_internal
 
@@ -32,12 +34,21 @@ _mu_internal.is_controller = _was_controller
 FILTERS = plugin.FilterModule().filters()
 engine_peers = FILTERS["engine_peers"]
 engine_names = FILTERS["engine_names"]
+engine_records = FILTERS["engine_records"]
+gate_url = FILTERS["gate_url"]
+gate_upstreams = FILTERS["gate_upstreams"]
+engine_record = plugin.engine_record  # not a filter: engine_records calls it per engine
+model_path = plugin.model_path
+fleet_defaults = plugin.fleet_defaults
+ENGINE_KEYS = plugin.ENGINE_KEYS
+RETIRED = plugin.RETIRED
 vllm_argv = FILTERS["vllm_argv"]
 systemd_quote = FILTERS["systemd_quote"]
 
 
 def test_filters_are_registered():
-    assert set(FILTERS) == {"engine_peers", "engine_names", "engine_heads", "vllm_argv", "systemd_quote"}
+    assert set(FILTERS) == {"engine_peers", "engine_names", "engine_heads", "engine_records", "gate_url",
+                            "gate_upstreams", "vllm_argv", "systemd_quote"}
 
 
 # --- engine_peers / engine_names ------------------------------------------------------------
@@ -127,6 +138,565 @@ def test_engine_heads_needs_a_rank_0():
     with pytest.raises(AnsibleFilterError) as err:
         FILTERS["engine_heads"](HOSTS, hostvars)
     assert err.value.message == "engine engine_lab has no host with vllm_fleet_rank 0"
+
+
+# --- the engine record: defaults and the lab -------------------------------------------------
+
+# Read here, not through the plugin, so a plugin that read another file (or
+# none) would fail these tests.
+DEFAULTS_FILE = REPO / "roles" / "vllm_fleet_defaults" / "defaults" / "main.yml"
+DEFAULTS = yaml.safe_load(DEFAULTS_FILE.read_text())
+D = DEFAULTS
+
+# What the record reads from hostvars; the inventory mirrors below are
+# compared on these keys only.
+READS = set(ENGINE_KEYS) | set(RETIRED) | {
+    "vllm_fleet_engine", "vllm_fleet_rank", "vllm_fleet_address", "ansible_host",
+    "gate_service_listen_host", "gate_service_port"}
+
+# The lab (inventory/lab/hosts.yml and group_vars/vllm_engines/engine.yml) as
+# hostvars holds it: group vars copied onto each host; lab3 is the consumer
+# and the gate. test_lab_mirrors_the_inventory keeps this copy honest.
+_LAB_ENGINE = {"vllm_fleet_engine": "engine_lab", "vllm_install_model_source": "host:/srv/models/tiny",
+               "vllm_fleet_gpus_per_host": 1, "vllm_server_tensor_parallel_size": 2,
+               "vllm_fleet_context_tokens": 2048, "vllm_server_served_model_name": "tiny",
+               "vllm_verify_min_sessions": 2}
+LAB = {
+    "lab1": dict(_LAB_ENGINE, ansible_host="10.200.0.11", vllm_fleet_rank=0),
+    "lab2": dict(_LAB_ENGINE, ansible_host="10.200.0.12", vllm_fleet_rank=1),
+    "lab3": {"ansible_host": "10.200.0.13", "gate_service_admin_token": "lab-admin-token-not-a-secret"},
+}
+LAB_ENGINE_HOSTS = ["lab1", "lab2"]
+
+
+def _lab(**changes):
+    """LAB with host vars changed: _lab(lab2={"vllm_server_port": 8001})."""
+    return {name: dict(hv, **changes.get(name, {})) for name, hv in LAB.items()}
+
+
+def _engine(ranks, engine="e", **settings):
+    """Hostvars of one engine, a host per rank, every host with ``settings``."""
+    return {f"{engine}-{i}": dict(settings, vllm_fleet_engine=engine, vllm_fleet_rank=rank)
+            for i, rank in enumerate(ranks)}
+
+
+def _inventory_hostvars(inventory: Path) -> dict:
+    """Each host's variables from an inventory folder (hosts.yml plus
+    group_vars/<group>/*.yml), a host's own over its group's, a child group's
+    over its parent's. Enough of Ansible's precedence for these inventories."""
+    hostvars = {}
+
+    def group_vars(group):
+        merged = {}
+        for path in sorted((inventory / "group_vars" / group).glob("*.yml")):
+            merged.update(yaml.safe_load(path.read_text()) or {})
+        return merged
+
+    def walk(group, node, inherited):
+        own = dict(inherited, **group_vars(group), **(node.get("vars") or {}))
+        for host, hv in (node.get("hosts") or {}).items():
+            hostvars[host] = dict(hostvars.get(host, {}), **own, **(hv or {}))
+        for child, child_node in (node.get("children") or {}).items():
+            walk(child, child_node or {}, own)
+
+    walk("all", yaml.safe_load((inventory / "hosts.yml").read_text())["all"], {})
+    return hostvars
+
+
+def _reads(hostvars):
+    return {name: {k: v for k, v in hv.items() if k in READS} for name, hv in hostvars.items()}
+
+
+def test_the_plugin_reads_the_defaults_file():
+    assert plugin.DEFAULTS_FILE == DEFAULTS_FILE
+    assert fleet_defaults() == DEFAULTS
+
+
+def test_lab_mirrors_the_inventory():
+    assert _reads(_inventory_hostvars(REPO / "inventory" / "lab")) == _reads(LAB)
+
+
+@pytest.mark.parametrize("hosts", [LAB_ENGINE_HOSTS, LAB_ENGINE_HOSTS[::-1]], ids=["inventory order", "reversed"])
+def test_the_lab_engine(hosts):
+    url = f"http://10.200.0.11:{D['vllm_server_port']}"
+    assert engine_records(hosts + ["lab3"], LAB) == [{
+        "name": "engine_lab",
+        "head": "lab1",
+        "head_address": "10.200.0.11",
+        "peers": [{"name": "lab1", "rank": 0, "address": "10.200.0.11"},
+                  {"name": "lab2", "rank": 1, "address": "10.200.0.12"}],
+        "hosts": ["lab1", "lab2"],
+        "port": D["vllm_server_port"],
+        "url": url,
+        "api_url": url + "/v1",
+        "unit": D["vllm_server_unit"],
+        "ray_unit": D["ray_cluster_unit"],
+        "ray_port": D["ray_cluster_port"],
+        "master_port": D["vllm_server_master_port"],
+        "backend": D["vllm_server_backend"],
+        "venv": D["vllm_install_venv"],
+        "vllm_bin": D["vllm_install_venv"] + "/bin/vllm",
+        "user": D["vllm_install_user"],
+        "home": D["vllm_install_home"],
+        "model": "/srv/models/tiny",          # the host: source's path
+        "served_model_name": "tiny",
+        "context_tokens": 2048,
+        "tensor_parallel_size": 2,
+        "pipeline_parallel_size": D["vllm_server_pipeline_parallel_size"],
+        "gpus_per_host": 1,
+        "world_size": 2,
+        "problems": [],
+    }]
+
+
+@pytest.mark.parametrize("inventory", ["lab", "example"])
+def test_shipped_inventories_describe_valid_engines(inventory):
+    hostvars = _inventory_hostvars(REPO / "inventory" / inventory)
+    hosts = [name for name, hv in hostvars.items() if "vllm_fleet_engine" in hv]
+    records = engine_records(hosts, hostvars)
+    assert records
+    assert [r["problems"] for r in records] == [[] for _ in records]
+
+
+def test_head_ranked_by_a_string_is_found():
+    # The old bug: selectattr('vllm_fleet_rank', 'equalto', 0) missed a "0".
+    hostvars = _lab(lab1={"vllm_fleet_rank": "0"}, lab2={"vllm_fleet_rank": "1"})
+    (record,) = engine_records(["lab2", "lab1"], hostvars)
+    assert (record["head"], record["head_address"], record["hosts"]) == ("lab1", "10.200.0.11", ["lab1", "lab2"])
+    assert record["problems"] == []
+
+
+@pytest.mark.parametrize("source, model_dir, path", [
+    ("host:/srv/models/tiny", "/srv/models/model", "/srv/models/tiny"),
+    ("controller:files/tiny", "/srv/models/tiny", "/srv/models/tiny"),
+    ("hub:Qwen/Qwen2.5-0.5B-Instruct", "/srv/models/qwen", "/srv/models/qwen"),
+    ("/srv/models/bare", "/srv/models/model", "/srv/models/model"),  # not a host: source
+    ("", "/srv/models/model", "/srv/models/model"),
+    (None, "/srv/models/model", "/srv/models/model"),
+])
+def test_model_path(source, model_dir, path):
+    assert model_path(source, model_dir) == path
+
+
+@pytest.mark.parametrize("source", ["controller:files/tiny", "hub:Qwen/Qwen2.5-0.5B-Instruct"])
+def test_record_model_is_the_model_dir_unless_on_the_host(source):
+    settings = {"vllm_install_model_source": source}
+    assert engine_record(LAB_ENGINE_HOSTS, _lab(lab1=settings, lab2=settings), "engine_lab")["model"] == (
+        D["vllm_install_model_dir"])
+    settings["vllm_install_model_dir"] = "/data/tiny"
+    assert engine_record(LAB_ENGINE_HOSTS, _lab(lab1=settings, lab2=settings), "engine_lab")["model"] == "/data/tiny"
+
+
+def test_vllm_bin_drops_a_trailing_slash():
+    settings = {"vllm_install_venv": "/opt/vllm-b/"}
+    record = engine_record(LAB_ENGINE_HOSTS, _lab(lab1=settings, lab2=settings), "engine_lab")
+    assert (record["venv"], record["vllm_bin"]) == ("/opt/vllm-b/", "/opt/vllm-b/bin/vllm")
+
+
+# --- the engine record: each setting from hostvars, else the defaults file ------------------
+
+# (key, the record's field, a value other than the default)
+SETTINGS = [
+    ("vllm_server_port", "port", 8123),
+    ("vllm_server_unit", "unit", "vllm-b.service"),
+    ("vllm_server_served_model_name", "served_model_name", "qwen-b"),
+    ("vllm_server_master_port", "master_port", 29600),
+    ("vllm_server_backend", "backend", "mp"),
+    ("vllm_server_tensor_parallel_size", "tensor_parallel_size", 4),
+    ("vllm_server_pipeline_parallel_size", "pipeline_parallel_size", 2),
+    ("vllm_fleet_gpus_per_host", "gpus_per_host", 4),
+    ("vllm_fleet_context_tokens", "context_tokens", 4096),
+    ("ray_cluster_unit", "ray_unit", "ray-b.service"),
+    ("ray_cluster_port", "ray_port", 6380),
+    ("vllm_install_venv", "venv", "/opt/vllm-b"),
+    ("vllm_install_user", "user", "vllm-b"),
+    ("vllm_install_home", "home", "/var/lib/vllm-b"),
+]
+
+
+def test_settings_cover_the_engine_keys():
+    assert {key for key, _, _ in SETTINGS} | {"vllm_install_model_source", "vllm_install_model_dir"} == set(
+        ENGINE_KEYS)
+
+
+@pytest.mark.parametrize("key, field, other", SETTINGS, ids=[s[0] for s in SETTINGS])
+def test_a_setting_comes_from_the_defaults_file_when_unset(key, field, other):
+    assert D[key] != other
+    assert engine_record(["e-0", "e-1"], _engine([0, 1]), "e")[field] == D[key]
+    assert engine_record(["e-0", "e-1"], _engine([0, 1], **{key: None}), "e")[field] == D[key]
+    assert engine_record(["e-0", "e-1"], _engine([0, 1], **{key: other}), "e")[field] == other
+
+
+def test_bare_engine_model_and_url_come_from_the_defaults_file():
+    record = engine_record(["e-0", "e-1"], _engine([0, 1]), "e")
+    assert record["model"] == model_path(D["vllm_install_model_source"], D["vllm_install_model_dir"])
+    assert record["url"] == f"http://e-0:{D['vllm_server_port']}"  # no address: the inventory name
+    assert record["problems"] == []
+
+
+class _Undefined(dict):
+    """A host whose value of a key does not template, as HostVars raises."""
+
+    def get(self, key, default=None):
+        if key == "vllm_server_port":
+            raise RuntimeError("'undefined_var' is undefined")
+        return super().get(key, default)
+
+
+def test_a_value_that_does_not_template_counts_as_unset():
+    hostvars = {name: _Undefined(hv) for name, hv in _engine([0, 1], vllm_server_port="{{ undefined_var }}").items()}
+    assert engine_record(["e-0", "e-1"], hostvars, "e")["port"] == D["vllm_server_port"]
+
+
+@pytest.fixture
+def other_defaults(tmp_path, monkeypatch):
+    """The plugin pointed at another defaults file (its cache cleared both ways)."""
+    path = tmp_path / "main.yml"
+    path.write_text(yaml.safe_dump(dict(DEFAULTS, vllm_server_port=9999, vllm_server_served_model_name="moved",
+                                        gate_service_port=9100)))
+    monkeypatch.setattr(plugin, "DEFAULTS_FILE", path)
+    fleet_defaults.cache_clear()
+    yield
+    fleet_defaults.cache_clear()
+
+
+def test_the_defaults_are_read_from_the_file(other_defaults):
+    record = engine_record(["e-0", "e-1"], _engine([0, 1]), "e")
+    assert (record["port"], record["served_model_name"]) == (9999, "moved")
+    assert gate_url(["lab3"], LAB) == "http://10.200.0.13:9100"
+
+
+@pytest.mark.parametrize("key", ENGINE_KEYS + ("gate_service_port",))
+def test_every_engine_key_has_a_plain_default(key):
+    # hostvars never holds a role's defaults: the record (and gate_url) can
+    # only use values it reads from the file as they are.
+    assert key in DEFAULTS
+    value = DEFAULTS[key]
+    assert isinstance(value, (str, int)) and not isinstance(value, bool), value
+    assert not (isinstance(value, str) and ("{{" in value or "{%" in value)), value
+
+
+def _role_files(name):
+    return sorted(p for p in (REPO / "roles").glob(f"*/{name}") if p.is_file())
+
+
+@pytest.mark.parametrize("defaults", _role_files("defaults/main.yml"), ids=lambda p: p.parts[-3])
+def test_no_role_defaults_a_retired_knob(defaults):
+    assert set(RETIRED) & set(yaml.safe_load(defaults.read_text()) or {}) == set()
+
+
+@pytest.mark.parametrize("specs", _role_files("meta/argument_specs.yml"), ids=lambda p: p.parts[-3])
+def test_no_role_documents_a_retired_knob(specs):
+    options = yaml.safe_load(specs.read_text())["argument_specs"]["main"].get("options") or {}
+    assert set(RETIRED) & set(options) == set()
+
+
+def test_each_retired_knob_points_at_a_knob_that_exists():
+    knobs = set()
+    for specs in _role_files("meta/argument_specs.yml"):
+        knobs |= set(yaml.safe_load(specs.read_text())["argument_specs"]["main"].get("options") or {})
+    for path in _role_files("defaults/main.yml"):
+        knobs |= set(yaml.safe_load(path.read_text()) or {})
+    assert {old: new.split()[0] for old, new in RETIRED.items() if new.split()[0] not in knobs} == {}
+
+
+# --- the engine record: shapes -----------------------------------------------------------------
+
+@pytest.mark.parametrize("hosts, gpus, tp, pp, world", [
+    (2, 2, 4, 1, 4),              # TP 4 on two 2-GPU hosts
+    (1, 2, 2, 1, 2),              # TP 2 on one 2-GPU host
+    (2, 2, 2, 2, 4),              # TP 2 x PP 2 on two 2-GPU hosts
+    (2, 1, 2, 1, 2),              # the lab and the field: TP 2 on two Sparks
+    (2, "2", "4", "1", 4),        # digit strings, as -e gives them
+    (1, "1", "1", "01", 1),
+])
+def test_a_shape_that_fits(hosts, gpus, tp, pp, world):
+    hostvars = _engine(range(hosts), vllm_fleet_gpus_per_host=gpus, vllm_server_tensor_parallel_size=tp,
+                       vllm_server_pipeline_parallel_size=pp)
+    record = engine_record(list(hostvars), hostvars, "e")
+    assert record["problems"] == []
+    assert (record["gpus_per_host"], record["tensor_parallel_size"], record["pipeline_parallel_size"],
+            record["world_size"]) == (int(gpus), int(tp), int(pp), world)
+
+
+@pytest.mark.parametrize("hosts, gpus, tp, pp, numbers", [
+    (2, 1, 4, 1, "2 host(s) x 1 GPU(s) per host = 2 GPUs, but tensor parallel 4 x pipeline parallel 1 = 4"),
+    (2, 2, 2, 1, "2 host(s) x 2 GPU(s) per host = 4 GPUs, but tensor parallel 2 x pipeline parallel 1 = 2"),
+    (1, 1, 2, 1, "1 host(s) x 1 GPU(s) per host = 1 GPUs, but tensor parallel 2 x pipeline parallel 1 = 2"),
+    (2, 2, 2, 4, "2 host(s) x 2 GPU(s) per host = 4 GPUs, but tensor parallel 2 x pipeline parallel 4 = 8"),
+])
+def test_a_shape_that_does_not_fit(hosts, gpus, tp, pp, numbers):
+    hostvars = _engine(range(hosts), vllm_fleet_gpus_per_host=gpus, vllm_server_tensor_parallel_size=tp,
+                       vllm_server_pipeline_parallel_size=pp)
+    assert engine_record(list(hostvars), hostvars, "e")["problems"] == [
+        f"engine e: {numbers}; they must be equal. Fix the engine's hosts, vllm_fleet_gpus_per_host,"
+        " vllm_server_tensor_parallel_size or vllm_server_pipeline_parallel_size"]
+
+
+SHAPE_KEYS = [("vllm_server_tensor_parallel_size", "tensor_parallel_size"),
+              ("vllm_server_pipeline_parallel_size", "pipeline_parallel_size"),
+              ("vllm_fleet_gpus_per_host", "gpus_per_host")]
+
+
+@pytest.mark.parametrize("key, field", SHAPE_KEYS, ids=[k for k, _ in SHAPE_KEYS])
+@pytest.mark.parametrize("value", [0, "0", -1, "-2", 1.5, 2.0, "2.0", "two", "", " 2", True, [2]], ids=repr)
+def test_a_shape_setting_that_is_not_a_positive_integer(key, field, value):
+    record = engine_record(["e-0", "e-1"], _engine([0, 1], **{key: value}), "e")
+    # The one message: no shape arithmetic on a bad number.
+    assert record["problems"] == [f"engine e: {key} must be a positive integer, got {value!r}"]
+    assert record[field] is None
+
+
+def test_a_bad_parallel_size_gives_no_world_size():
+    record = engine_record(["e-0", "e-1"], _engine([0, 1], vllm_server_pipeline_parallel_size=0), "e")
+    assert record["world_size"] == 0
+
+
+# --- the engine record: several engines, disagreements, retired knobs, bad values -------------
+
+ENGINE_B = {"vllm_fleet_engine": "engine_b", "vllm_server_port": 8001, "vllm_server_served_model_name": "big",
+            "vllm_server_unit": "vllm-b.service", "ray_cluster_port": 6380, "vllm_server_backend": "mp",
+            "vllm_fleet_gpus_per_host": 2, "vllm_server_tensor_parallel_size": 4, "vllm_fleet_context_tokens": 4096}
+# Interleaved, and engine_b's head listed last: records follow the order in
+# which each engine first appears.
+TWO = {
+    "b1": dict(ENGINE_B, vllm_fleet_rank=1, ansible_host="10.0.1.2"),
+    "lab1": LAB["lab1"],
+    "lab3": LAB["lab3"],
+    "lab2": LAB["lab2"],
+    "b0": dict(ENGINE_B, vllm_fleet_rank=0, ansible_host="10.0.1.1"),
+}
+
+
+def test_two_engines():
+    records = engine_records(list(TWO), TWO)
+    assert [r["name"] for r in records] == ["engine_b", "engine_lab"]
+    b, lab = records
+    assert (b["head"], b["hosts"], b["url"]) == ("b0", ["b0", "b1"], "http://10.0.1.1:8001")
+    assert (b["port"], b["served_model_name"], b["unit"], b["ray_port"], b["backend"], b["context_tokens"],
+            b["world_size"]) == (8001, "big", "vllm-b.service", 6380, "mp", 4096, 4)
+    assert (lab["head"], lab["hosts"], lab["port"], lab["served_model_name"], lab["unit"], lab["ray_port"]) == (
+        "lab1", ["lab1", "lab2"], D["vllm_server_port"], "tiny", D["vllm_server_unit"], D["ray_cluster_port"])
+    assert (b["problems"], lab["problems"]) == ([], [])
+    assert engine_record(list(TWO), TWO, "engine_lab") == lab
+
+
+@pytest.mark.parametrize("hosts", [[], None, ["lab3"]])
+def test_no_engines(hosts):
+    assert engine_records(hosts, LAB) == []
+
+
+@pytest.mark.parametrize("head, worker, problem", [
+    ({}, {"vllm_server_port": 8001},
+     f"vllm_server_port is 8001 on lab2 but {D['vllm_server_port']!r} on the head lab1"),
+    ({"vllm_server_port": 8000}, {"vllm_server_port": 8001},
+     "vllm_server_port is 8001 on lab2 but 8000 on the head lab1"),
+    ({}, {"vllm_server_served_model_name": "other"},
+     "vllm_server_served_model_name is 'other' on lab2 but 'tiny' on the head lab1"),
+    ({"ray_cluster_unit": "ray-a.service"}, {},
+     f"ray_cluster_unit is {D['ray_cluster_unit']!r} on lab2 but 'ray-a.service' on the head lab1"),
+    ({}, {"vllm_install_model_source": "host:/srv/models/other"},
+     "vllm_install_model_source is 'host:/srv/models/other' on lab2 but 'host:/srv/models/tiny' on the head lab1"),
+])
+def test_hosts_of_an_engine_must_agree(head, worker, problem):
+    record = engine_record(LAB_ENGINE_HOSTS, _lab(lab1=head, lab2=worker), "engine_lab")
+    assert record["problems"] == [f"engine engine_lab: {problem}; set it on the engine's group"]
+    assert record["head"] == "lab1"  # the head's value is the record's
+    assert record["port"] == head.get("vllm_server_port", D["vllm_server_port"])
+
+
+@pytest.mark.parametrize("head, worker", [
+    ({"vllm_server_port": 8000}, {"vllm_server_port": "8000"}),     # an int and its digit string
+    ({"vllm_server_port": D["vllm_server_port"]}, {}),              # the default, written out
+    ({}, {"vllm_server_tensor_parallel_size": "2"}),
+])
+def test_hosts_that_agree(head, worker):
+    assert engine_record(LAB_ENGINE_HOSTS, _lab(lab1=head, lab2=worker), "engine_lab")["problems"] == []
+
+
+def test_a_disagreement_names_each_host():
+    hostvars = _engine([0, 1, 2], vllm_server_tensor_parallel_size=3)
+    hostvars["e-1"]["ray_cluster_port"] = 6380
+    hostvars["e-2"]["ray_cluster_port"] = 6381
+    assert engine_record(list(hostvars), hostvars, "e")["problems"] == [
+        f"engine e: ray_cluster_port is {p} on e-{i} but {D['ray_cluster_port']!r} on the head e-0;"
+        " set it on the engine's group" for i, p in ((1, 6380), (2, 6381))]
+
+
+# A plausible value of each retired knob, as an old inventory set it.
+RETIRED_CASES = [
+    ("vllm_server_max_model_len", 2048),
+    ("ray_cluster_num_gpus", 1),
+    ("vllm_fleet_min_sessions", 2),
+    ("vllm_server_model", "/srv/models/tiny"),
+    ("vllm_server_node_ip", "10.200.0.12"),
+    ("ray_cluster_node_ip", "10.200.0.12"),
+    ("gpu_preflight_address", "10.200.0.12"),
+    ("vllm_server_socket_ifname", "eth0"),
+    ("ray_cluster_socket_ifname", "eth0"),
+    ("gpu_preflight_interface", "eth0"),
+]
+
+
+def test_the_retired_cases_cover_every_retired_knob():
+    assert {old for old, _ in RETIRED_CASES} == set(RETIRED)
+
+
+@pytest.mark.parametrize("old, value", RETIRED_CASES)
+def test_a_retired_knob_is_refused(old, value):
+    record = engine_record(LAB_ENGINE_HOSTS, _lab(lab2={old: value}), "engine_lab")
+    assert record["problems"] == [f"lab2 sets {old}, which is gone: use {RETIRED[old]}"]
+
+
+@pytest.mark.parametrize("old, new", [
+    ("vllm_server_max_model_len", "vllm_fleet_context_tokens"),
+    ("ray_cluster_num_gpus", "vllm_fleet_gpus_per_host"),
+    ("vllm_fleet_min_sessions", "vllm_verify_min_sessions"),
+    ("vllm_server_model", "vllm_install_model_source"),
+    ("vllm_server_node_ip", "vllm_fleet_address"),
+    ("gpu_preflight_interface", "vllm_fleet_socket_ifname"),
+])
+def test_a_retired_knob_names_its_successor(old, new):
+    (problem,) = engine_record(LAB_ENGINE_HOSTS, _lab(lab1={old: "x"}), "engine_lab")["problems"]
+    assert problem.startswith(f"lab1 sets {old}, which is gone: use {new}")
+
+
+@pytest.mark.parametrize("value", [0, "", False, []], ids=repr)
+def test_a_retired_knob_set_to_nothing_is_still_set(value):
+    assert engine_record(LAB_ENGINE_HOSTS, _lab(lab1={"ray_cluster_num_gpus": value}), "engine_lab")["problems"] == [
+        f"lab1 sets ray_cluster_num_gpus, which is gone: use {RETIRED['ray_cluster_num_gpus']}"]
+
+
+@pytest.mark.parametrize("backend", ["Ray", "MP", "", "kubernetes", 1])
+def test_a_bad_backend(backend):
+    settings = {"vllm_server_backend": backend}
+    assert engine_record(LAB_ENGINE_HOSTS, _lab(lab1=settings, lab2=settings), "engine_lab")["problems"] == [
+        f"engine engine_lab: vllm_server_backend must be ray or mp, got {str(backend)!r}"]
+
+
+@pytest.mark.parametrize("backend", ["ray", "mp"])
+def test_a_good_backend(backend):
+    settings = {"vllm_server_backend": backend}
+    record = engine_record(LAB_ENGINE_HOSTS, _lab(lab1=settings, lab2=settings), "engine_lab")
+    assert (record["backend"], record["problems"]) == (backend, [])
+
+
+@pytest.mark.parametrize("context", [0, "0", -1, 1.5, "1M", "", True], ids=repr)
+def test_a_bad_context(context):
+    settings = {"vllm_fleet_context_tokens": context}
+    record = engine_record(LAB_ENGINE_HOSTS, _lab(lab1=settings, lab2=settings), "engine_lab")
+    assert record["problems"] == [
+        f"engine engine_lab: vllm_fleet_context_tokens must be a positive integer, got {context!r}"]
+    assert record["context_tokens"] is None
+
+
+def test_a_context_as_a_digit_string():
+    settings = {"vllm_fleet_context_tokens": "1048576"}
+    record = engine_record(LAB_ENGINE_HOSTS, _lab(lab1=settings, lab2=settings), "engine_lab")
+    assert (record["context_tokens"], record["problems"]) == (1048576, [])
+
+
+@pytest.mark.parametrize("ranks, head", [
+    ([0, 0], "e-0"),
+    ([0, 1, 1], "e-0"),
+    ([1, 2], "e-0"),     # no head: the lowest rank stands in, so the record still builds
+    (["0", 0], "e-0"),   # "0" and 0 are the same rank
+])
+def test_exactly_one_head_and_no_rank_twice(ranks, head):
+    hostvars = _engine(ranks, vllm_server_tensor_parallel_size=len(ranks))
+    record = engine_record(list(hostvars), hostvars, "e")
+    assert record["problems"] == [
+        "engine e must have exactly one host with vllm_fleet_rank 0 and no rank twice;"
+        f" its ranks are {sorted(int(r) for r in ranks)}"]
+    assert record["head"] == head
+
+
+# --- gate_url --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("hosts, hostvars, url", [
+    ([], LAB, ""),
+    (None, LAB, ""),
+    (["lab3"], LAB, f"http://10.200.0.13:{D['gate_service_port']}"),          # no listen host: the address
+    (["lab3", "lab1"], LAB, f"http://10.200.0.13:{D['gate_service_port']}"),  # the first gate host
+    (["lab3"], _lab(lab3={"gate_service_listen_host": "0.0.0.0", "vllm_fleet_address": "192.168.50.13"}),
+     f"http://192.168.50.13:{D['gate_service_port']}"),
+    (["lab3"], _lab(lab3={"gate_service_listen_host": "0.0.0.0"}), f"http://10.200.0.13:{D['gate_service_port']}"),
+    (["lab3"], _lab(lab3={"gate_service_listen_host": "::"}), f"http://10.200.0.13:{D['gate_service_port']}"),
+    (["lab3"], _lab(lab3={"gate_service_listen_host": "10.9.9.9"}), f"http://10.9.9.9:{D['gate_service_port']}"),
+    (["lab3"], _lab(lab3={"gate_service_port": 9100}), "http://10.200.0.13:9100"),
+    (["gw"], {"gw": {"gate_service_listen_host": "0.0.0.0"}}, f"http://gw:{D['gate_service_port']}"),
+    (("lab3",), LAB, f"http://10.200.0.13:{D['gate_service_port']}"),
+])
+def test_gate_url(hosts, hostvars, url):
+    assert gate_url(hosts, hostvars) == url
+
+
+# --- gate_upstreams ----------------------------------------------------------------------------
+
+# What gate_upstreams reads of a record.
+REC_LAB = {"name": "engine_lab", "head": "lab1", "unit": "vllm.service", "url": "http://10.200.0.11:8000",
+           "context_tokens": 2048}
+REC_B = {"name": "engine_b", "head": "b0", "unit": "vllm-b.service", "url": "http://10.0.1.1:8001",
+         "context_tokens": 4096}
+# A vllm_kv_cache_info result as a loop registers it.
+KV_LAB = {"found": True, "kv_cache_tokens": 2420352, "concurrency_tokens": 1024, "max_concurrency": 2.31,
+          "changed": False, "item": REC_LAB, "ansible_loop_var": "item"}
+KV_B = {"found": True, "kv_cache_tokens": 65536, "concurrency_tokens": 4096}
+
+
+@pytest.mark.parametrize("pairs, overrides, upstreams", [
+    ([(REC_LAB, KV_LAB)], None,
+     [{"name": "engine_lab", "url": REC_LAB["url"], "kv_cache_tokens": 2420352, "max_model_len": 1024}]),
+    ([(REC_B, KV_B), (REC_LAB, KV_LAB)], {},
+     [{"name": "engine_b", "url": "http://10.0.1.1:8001", "kv_cache_tokens": 65536, "max_model_len": 4096},
+      {"name": "engine_lab", "url": REC_LAB["url"], "kv_cache_tokens": 2420352, "max_model_len": 1024}]),
+    # no concurrency line: the record's context
+    ([(REC_LAB, {"kv_cache_tokens": 100})], None,
+     [{"name": "engine_lab", "url": REC_LAB["url"], "kv_cache_tokens": 100, "max_model_len": 2048}]),
+    ([(REC_LAB, {"kv_cache_tokens": 100, "concurrency_tokens": None})], None,
+     [{"name": "engine_lab", "url": REC_LAB["url"], "kv_cache_tokens": 100, "max_model_len": 2048}]),
+    # an override by engine name wins, only for that engine, as a digit string too
+    ([(REC_B, KV_B), (REC_LAB, KV_LAB)], {"engine_lab": 5000},
+     [{"name": "engine_b", "url": "http://10.0.1.1:8001", "kv_cache_tokens": 65536, "max_model_len": 4096},
+      {"name": "engine_lab", "url": REC_LAB["url"], "kv_cache_tokens": 5000, "max_model_len": 1024}]),
+    ([(REC_LAB, {})], {"engine_lab": "5000"},
+     [{"name": "engine_lab", "url": REC_LAB["url"], "kv_cache_tokens": 5000, "max_model_len": 2048}]),
+    ([(REC_LAB, None)], {"engine_lab": 5000},
+     [{"name": "engine_lab", "url": REC_LAB["url"], "kv_cache_tokens": 5000, "max_model_len": 2048}]),
+    ([], None, []),
+    (None, {"engine_lab": 5000}, []),
+])
+def test_gate_upstreams(pairs, overrides, upstreams):
+    assert gate_upstreams(pairs, overrides) == upstreams
+
+
+def test_gate_upstreams_from_the_records():
+    # As roles/gate_service/tasks/configure.yml composes it: the records zipped
+    # with the registered results of a loop over them.
+    records = engine_records(list(TWO), TWO)
+    assert gate_upstreams(zip(records, [KV_B, {"kv_cache_tokens": 100}])) == [
+        {"name": "engine_b", "url": "http://10.0.1.1:8001", "kv_cache_tokens": 65536, "max_model_len": 4096},
+        {"name": "engine_lab", "url": f"http://10.200.0.11:{D['vllm_server_port']}", "kv_cache_tokens": 100,
+         "max_model_len": 2048}]
+
+
+@pytest.mark.parametrize("kv, overrides, why", [
+    ({}, None, "not found"),
+    (None, None, "not found"),
+    ({"found": False, "kv_cache_tokens": None, "msg": "no KV cache line since the unit's last start"}, None,
+     "no KV cache line since the unit's last start"),
+    ({"found": False, "kv_cache_tokens": None}, {"engine_b": 5000}, "not found"),  # another engine's override
+])
+def test_gate_upstreams_without_a_kv_pool(kv, overrides, why):
+    with pytest.raises(AnsibleFilterError) as err:
+        gate_upstreams([(REC_B, KV_B), (REC_LAB, kv)], overrides)
+    assert err.value.message == (
+        f"engine engine_lab: no KV pool in the boot log of vllm.service on lab1 ({why});"
+        " start the engine with site.yml, or set gate_service_kv_cache_tokens for it")
+
+
+def test_the_advice_names_a_playbook_that_exists():
+    assert (REPO / "site.yml").is_file()
 
 
 # --- vllm_argv ------------------------------------------------------------------------------
@@ -401,3 +971,31 @@ def test_systemd_reads_the_quoting_back(tmp_path):
     log = subprocess.run([SYSTEMD_ANALYZE, "verify", str(bad)], capture_output=True, text=True, timeout=60).stderr
     assert "Command %s100%%n is not executable" % prefix not in log
     assert re.search(r"Command %s100\S+ is not executable" % re.escape(prefix), log), log
+
+
+@pytest.mark.parametrize("key", ["vllm_server_port", "ray_cluster_port", "vllm_server_master_port"])
+@pytest.mark.parametrize("value", [0, -1, 65536, "abc", 80.5])
+def test_a_port_that_is_no_port_is_a_problem(key, value):
+    hv = _engine([0, 1], **{key: value})
+    (record,) = engine_records(list(hv), hv)
+    assert f"engine e: {key} must be a port number (1-65535), got {value!r}" in record["problems"]
+
+
+def test_a_retired_key_with_an_unresolvable_value_is_still_reported():
+    class Unresolvable(dict):
+        def get(self, key, default=None):
+            if key == "vllm_server_max_model_len":
+                raise ValueError("undefined variable")
+            return super().get(key, default)
+
+    hv = {name: Unresolvable(v) for name, v in _engine([0, 1]).items()}
+    (record,) = engine_records(list(hv), hv)
+    assert any("vllm_server_max_model_len, which is gone" in p for p in record["problems"])
+
+
+@pytest.mark.parametrize("override", ["", 0, -5, "many"])
+def test_gate_upstreams_refuses_a_kv_override_that_is_no_count(override):
+    hv = _engine([0, 1])
+    (record,) = engine_records(list(hv), hv)
+    with pytest.raises(AnsibleFilterError, match="engine e: the gate needs a positive KV pool"):
+        gate_upstreams([(record, {"kv_cache_tokens": 1000})], {"e": override})

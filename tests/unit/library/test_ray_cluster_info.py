@@ -7,17 +7,11 @@ tests/fixtures/ray/probe-2node-alive-lab.txt, or fails the way Ray does.
 """
 from __future__ import annotations
 
-import ast
 import json
-import re
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from module_docs import module_doc
-import yaml
 
 import ray_cluster_info as module
 from ansible.module_utils.ray_cluster import PROBE
@@ -107,38 +101,6 @@ def test_python_must_be_an_executable_file(run_module, tmp_path, kind):
     msg = (f"python {python} is not an executable file: point it at the python of the venv that holds Ray "
            "(the engine's venv, for example /opt/vllm/bin/python).")
     assert (result["msg"], result["ok"], result["message"]) == (msg, False, msg)
-
-
-def _doc(name: str):
-    return module_doc("ray_cluster_info.py", name)
-
-
-def test_documentation_matches_argspec():
-    options = _doc("DOCUMENTATION")["options"]
-    assert sorted(options) == sorted(module.ARGUMENT_SPEC)
-    for name, spec in module.ARGUMENT_SPEC.items():
-        assert options[name]["type"] == spec["type"], name
-        assert options[name].get("default") == spec.get("default"), name
-        assert options[name].get("required", False) == spec.get("required", False), name
-        assert options[name].get("elements") == spec.get("elements"), name
-
-
-def test_return_documents_every_key(run_module, tmp_path):
-    result = run_module(module, args(fake_python(tmp_path, CAPTURE.read_text())))
-    assert set(result) - {"invocation"} == RESULT_KEYS
-    assert set(_doc("RETURN")) == RESULT_KEYS - {"changed"}
-
-
-def test_ansible_doc_renders():
-    ansible_doc = Path(sys.executable).parent / "ansible-doc"
-    out = subprocess.run([str(ansible_doc), "-M", "library", "ray_cluster_info"], cwd=REPO,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    text = re.sub(r"\x1b\[[0-9;]*m", "", out.stdout)
-    assert "MODULE ray_cluster_info" in text
-    for word in ("address", "expect_ips", "expect_gpus", "gpus_total", "alive_ips", "check_mode"):
-        assert word in text
-    assert "ERROR" not in out.stderr
 
 
 # --- the join barrier over the real capture ----------------------------------------------------

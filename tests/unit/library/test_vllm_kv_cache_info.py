@@ -5,17 +5,11 @@ scripts placed first on PATH.
 """
 from __future__ import annotations
 
-import ast
 import os
-import re
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from module_docs import module_doc
-import yaml
 
 import vllm_kv_cache_info as module
 from ansible.module_utils import vllm_kv_cache as kv
@@ -70,38 +64,6 @@ def test_required_must_be_a_bool(run_module):
     result = run_module(module, {"content": "x", "required": "maybe"})
     assert result["msg"].startswith("argument 'required' is of type str and we were unable to convert to bool: "
                                     "The value 'maybe' is not a valid boolean.")
-
-
-def _doc(name: str):
-    return module_doc("vllm_kv_cache_info.py", name)
-
-
-def test_documentation_matches_argspec():
-    options = _doc("DOCUMENTATION")["options"]
-    assert sorted(options) == sorted(module.ARGUMENT_SPEC)
-    for name, spec in module.ARGUMENT_SPEC.items():
-        assert options[name]["type"] == spec["type"], name
-        assert options[name].get("default") == spec.get("default"), name
-
-
-def test_return_documents_every_key(run_module):
-    result = run_module(module, {"path": str(CI_RECIPE)})
-    returned = set(result) - {"invocation"}
-    assert returned == RESULT_KEYS
-    documented = _doc("RETURN")
-    assert set(documented) == RESULT_KEYS
-    assert set(documented["per_engine"]["contains"]) == set(result["per_engine"][0])
-
-
-def test_ansible_doc_renders():
-    ansible_doc = Path(sys.executable).parent / "ansible-doc"
-    out = subprocess.run([str(ansible_doc), "-M", "library", "vllm_kv_cache_info"], cwd=REPO,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert "MODULE vllm_kv_cache_info" in re.sub(r"\x1b\[[0-9;]*m", "", out.stdout)
-    for word in ("context_tokens", "min_sessions", "full_context_sessions", "per_engine", "check_mode"):
-        assert word in out.stdout
-    assert "ERROR" not in out.stderr
 
 
 # --- sources and results ---------------------------------------------------------

@@ -1,22 +1,28 @@
 """Tests for plugins/module_utils/gpu_preflight.py: each check over the real
 captures in tests/fixtures/nvidia-smi/ and tests/fixtures/host-probes/ (see
-each folder's INDEX.md for the sources and expected values).
+each folder's INDEX.md for the sources and expected values), the module's
+option checks, and the disk check over a model directory in tmp_path.
 """
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 import pytest
 
 from ansible.module_utils.gpu_preflight import (
     GIB,
+    STAGED_FILES_LIMIT,
     Check,
     Listener,
     PreflightError,
+    PreflightOptionError,
     cgroup_units,
     check_clock_skew,
     check_cuda_version,
     check_disk,
+    check_disk_path,
     check_engine_subnet,
     check_from_dict,
     check_gpu_count,
@@ -24,13 +30,17 @@ from ansible.module_utils.gpu_preflight import (
     check_gpu_memory,
     check_interface,
     check_ports,
+    command_failed,
+    is_ipv4,
+    nearest_existing,
     parse_ip_addr,
     parse_meminfo,
     parse_ss,
     render_report,
+    staged_bytes,
     summarize,
-    version_at_least,
-    version_tuple,
+    tool_missing,
+    validate_options,
 )
 from ansible.module_utils.nvidia_smi import NvidiaSmiError, merge, parse_csv, parse_table
 
@@ -54,23 +64,6 @@ def host(name: str) -> str:
 
 def gb10():
     return merge(parse_table(smi(GB10_TABLE)), parse_csv(smi(GB10_CSV)))
-
-
-# ---- versions --------------------------------------------------------------
-
-@pytest.mark.parametrize(
-    "have,need,ok",
-    [("13.0", "12.8", True), ("12.8", "12.8", True), ("12.10", "12.8", True), ("12.4", "12.8", False),
-     ("13", "12.8", True), ("12", "12.8", False), ("12.8.1", "12.8", True)],
-)
-def test_version_at_least(have, need, ok):
-    assert version_at_least(have, need) is ok
-
-
-@pytest.mark.parametrize("text", ["", "N/A", "12.x", "v12.8", None])
-def test_version_tuple_refuses(text):
-    with pytest.raises(ValueError):
-        version_tuple(text)
 
 
 # ---- GPU checks over every table capture -------------------------------------
@@ -143,6 +136,16 @@ def test_cuda_version_details():
     # a CSV query has no CUDA version at all
     none = check_cuda_version(parse_csv(smi("09_l40s_csv_units_akash99.txt")), "12.8")
     assert none.ok is False and none.detail.startswith("nvidia-smi's header shows no CUDA version")
+
+
+@pytest.mark.parametrize("name,detail", [
+    (GB10_TABLE, "the driver supports CUDA 13.0, no minimum set"),
+    # a CSV query alone has no CUDA version: still reported, never failed
+    ("09_l40s_csv_units_akash99.txt", "the driver supports CUDA unknown, no minimum set"),
+])
+def test_cuda_version_without_a_minimum_is_reported_only(name, detail):
+    report = (parse_csv if "_csv_" in name else parse_table)(smi(name))
+    assert check_cuda_version(report, None) == Check("cuda_version", True, detail)
 
 
 @pytest.mark.parametrize(
@@ -228,7 +231,8 @@ def test_check_interface(interface, address, ok, detail):
 
 def test_wrong_interface_hint_names_the_right_one():
     check = check_interface("enp1s0f1np1", "192.0.2.2", IFACES, ADDRS)
-    assert "The engine address 192.0.2.2 is on eth0: set gpu_preflight_interface" in check.hint
+    assert ("The engine address 192.0.2.2 is on eth0: set interface, and the engine's NCCL_SOCKET_IFNAME and "
+            "GLOO_SOCKET_IFNAME, to eth0.") in check.hint
     assert "ibdev2netdev" in check.hint
 
 
@@ -343,6 +347,136 @@ def test_no_ports_no_check():
 def test_check_disk(path, measured, free, staged, need, ok, detail):
     check = check_disk(path, measured, free, staged, need)
     assert (check.check, check.ok, check.detail) == ("disk_free", ok, detail)
+
+
+@pytest.fixture
+def model(tmp_path):
+    """A staged model: weights, a config, a hub-cache style link, a nested folder."""
+    root = tmp_path / "models" / "m"
+    (root / "sub").mkdir(parents=True)
+    (root / "model.safetensors").write_bytes(b"\0" * 4096)
+    (root / "config.json").write_bytes(b"{}" * 50)
+    (root / "sub" / "tokenizer.json").write_bytes(b"x" * 1000)
+    (root / "link.safetensors").symlink_to(root / "model.safetensors")
+    (root / "dangling").symlink_to(root / "gone")
+    return root
+
+
+def test_staged_bytes_counts_regular_files_and_skips_links(model):
+    assert staged_bytes(str(model)) == 4096 + 100 + 1000
+    assert staged_bytes(str(model / "model.safetensors")) == 4096
+    # a link given as the path is not followed either
+    assert staged_bytes(str(model / "link.safetensors")) == 0
+
+
+def test_staged_bytes_stops_past_the_limit(model):
+    # five entries: four files and links at the top, one in sub/
+    assert staged_bytes(str(model), limit=5) == 5196
+    assert staged_bytes(str(model), limit=4) is None
+    assert STAGED_FILES_LIMIT == 20000
+
+
+def test_nearest_existing(model):
+    assert nearest_existing(str(model)) == str(model)
+    assert nearest_existing(str(model / "not" / "yet")) == str(model)
+    assert nearest_existing("/") == "/"
+
+
+def test_check_disk_path_counts_what_is_staged(model):
+    st = os.statvfs(model)
+    free = st.f_bavail * st.f_frsize
+    check = check_disk_path(str(model) + "/", 0.001)
+    assert check == check_disk(str(model), str(model), free, 5196, 0.001)
+    assert check.ok is True and "already staged" in check.detail
+
+
+def test_check_disk_path_measures_a_missing_path_on_its_parent(model):
+    missing = model / "not" / "yet"
+    check = check_disk_path(str(missing), 10 ** 9)
+    assert check.ok is False
+    assert check.detail.startswith(f"{missing} (not there yet: measured on {model}): ")
+    assert "0.0 GiB already staged" in check.detail
+
+
+def test_check_disk_path_refuses_a_path_that_is_not_a_model_directory(model):
+    check = check_disk_path(str(model), 0.001, limit=3)
+    assert check == Check("disk_free", False, f"{model} holds more than 3 files; it is not a model directory",
+                          "Point disk_path at the model's own directory.")
+
+
+# ---- options and missing evidence -----------------------------------------
+
+OPTIONS = dict(min_gpus=1, ports=[6379, 8000], min_cuda_version="12.8", address="192.0.2.2",
+               peer_addresses=["192.0.2.12"])
+
+
+@pytest.mark.parametrize("changes", [
+    {}, {"min_gpus": 0}, {"ports": []}, {"ports": [1, 65535]}, {"min_cuda_version": None}, {"address": None},
+    {"peer_addresses": []}, {"min_cuda_version": "13"}, {"address": "255.255.255.255"},
+])
+def test_valid_options(changes):
+    assert validate_options(**dict(OPTIONS, **changes)) is None
+
+
+@pytest.mark.parametrize("changes,msg", [
+    ({"min_cuda_version": "twelve"}, "min_cuda_version must be a version such as 12.8, got 'twelve'"),
+    ({"min_cuda_version": "v12.8"}, "min_cuda_version must be a version such as 12.8, got 'v12.8'"),
+    ({"min_gpus": -1}, "min_gpus must be 0 or more, got -1"),
+    ({"ports": [8000, 0, 70000]}, "ports must be between 1 and 65535, got 0, 70000"),
+    ({"address": "10.0.0.300"}, "address must be an IPv4 address, got '10.0.0.300'"),
+    ({"address": "10.0.0.1/24"}, "address must be an IPv4 address, got '10.0.0.1/24'"),
+    ({"peer_addresses": ["10.0.0.12", "spark2"]}, "peer_addresses must be IPv4 addresses, got 'spark2'"),
+    ({"peer_addresses": ["::1", "spark2"]}, "peer_addresses must be IPv4 addresses, got '::1, spark2'"),
+    # the first bad option is the one reported
+    ({"min_gpus": -1, "address": "x"}, "min_gpus must be 0 or more, got -1"),
+])
+def test_bad_options(changes, msg):
+    with pytest.raises(PreflightOptionError) as exc:
+        validate_options(**dict(OPTIONS, **changes))
+    assert str(exc.value) == msg
+
+
+@pytest.mark.parametrize("value,ok", [
+    ("192.0.2.2", True), ("0.0.0.0", True), ("256.0.0.1", False), ("1.2.3", False), ("1.2.3.4.5", False),
+    ("a.b.c.d", False), ("", False), (None, False), ("fe80::1", False), (" 1.2.3.4", False),
+])
+def test_is_ipv4(value, ok):
+    assert is_ipv4(value) is ok
+
+
+def test_evidence_that_could_not_be_gathered():
+    assert tool_missing("ports_free", "ss") == Check("ports_free", False, "ss not found", "Install iproute2.")
+    assert command_failed("ports_free", "ss -Htlnp", 1, "  Cannot open netlink socket\n") == Check(
+        "ports_free", False, "`ss -Htlnp` failed (rc=1): Cannot open netlink socket",
+        "Run it on the host and fix what it reports.")
+    assert len(command_failed("engine_interface", "ip -o -4 addr show", 2, "x" * 1000).detail) == len(
+        "`ip -o -4 addr show` failed (rc=2): ") + 200
+
+
+def test_hints_name_the_modules_options_not_a_roles_variables():
+    """A module message names the module's own option; the role maps its variables itself."""
+    gpu = parse_table(smi(GB10_TABLE))
+    failing = [
+        check_gpu_memory(parse_table(smi("19_h100_table_535_gvisor10413.txt")), 1000)[0],
+        check_interface("enp1s0f1np1", "192.0.2.2", IFACES, ADDRS),
+        check_interface("lo", "192.0.2.2", IFACES, ADDRS),
+        check_interface(None, "10.9.9.9", IFACES, ADDRS),
+        check_interface("eth0", "10.9.9.9", IFACES, ADDRS),
+        check_engine_subnet("eth0", "192.0.2.2", ["10.0.0.12"], ADDRS),
+        check_ports([6379], LISTENERS, {}, []),
+        check_disk("/srv/m", "/srv", 0, 0, 100),
+        check_cuda_version(gpu, "99.0"),
+        check_gpu_count(gpu, 8),
+    ]
+    assert all(not c.ok and c.hint for c in failing)
+    # Role and inventory variables are snake_case with a role's prefix.
+    role_variable = re.compile(r"\b(?:gpu_preflight|vllm_fleet|vllm_server|vllm_install|ray_cluster)_\w+")
+    assert [(c.check, role_variable.findall(c.hint)) for c in failing if role_variable.search(c.hint)] == []
+    assert "lower min_gpu_memory_gib" in failing[0].hint
+    assert "Set address to this host's address" in failing[3].hint
+    assert "correct their peer_addresses" in failing[5].hint
+    assert "list them in ports" in failing[6].hint
+    assert "point disk_path at it" in failing[7].hint
 
 
 # ---- clock -----------------------------------------------------------------

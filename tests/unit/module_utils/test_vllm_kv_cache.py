@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ansible.module_utils import vllm_kv_cache as kv
+from ansible.module_utils.systemd import parse_show
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 BOOTLOGS = FIXTURES / "vllm-bootlogs"
@@ -619,7 +620,7 @@ def test_unit_invocation_errors(props, message):
 
 
 def test_systemctl_show_parse():
-    props = kv.parse_systemctl_show("LoadState=loaded\nActiveState=active\nInvocationID=ab12\n")
+    props = parse_show("LoadState=loaded\nActiveState=active\nInvocationID=ab12\n")
     assert kv.unit_invocation("x.service", props) == "ab12"
 
 

@@ -1,0 +1,263 @@
+# -*- coding: utf-8 -*-
+# Copyright: vllm-fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A vLLM server's command line: where it comes from and what it sets.
+
+:func:`read_proc_cmdline` reads a process's argv from ``/proc``;
+:func:`split_cmdline` splits a given one; :func:`locate_server_args` finds
+where the server's own arguments start; :func:`parse_cmdline` reads them
+against the version's :class:`~vllm_help.FlagTable` the way vLLM's
+``FlexibleArgumentParser`` would.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from ansible.module_utils.secrets_mask import mask_argv, mask_value
+from ansible.module_utils.vllm_flag_errors import CmdlineError, SourceError
+from ansible.module_utils.vllm_help import Flag, FlagTable, is_option, normalise_option
+from ansible.module_utils.vllm_settings import SOURCE_CMDLINE, Setting, Unknown
+from ansible.module_utils.vllm_values import convert_cli_value
+
+
+_API_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
+_CLI_MODULES = ("vllm.entrypoints.cli.main", "vllm")
+
+
+@dataclass
+class ParsedCmdline:
+    argv: list[str]
+    launcher_index: int          # the vllm script, or '-m'
+    args_index: int              # first argument of the server
+    form: str                    # "serve" | "api_server"
+    settings: dict[str, Setting] = field(default_factory=dict)
+    unknown: list[Unknown] = field(default_factory=list)
+
+    @property
+    def args(self) -> list[str]:
+        return self.argv[self.args_index:]
+
+
+def split_cmdline(cmdline: Any) -> list[str]:
+    """A list as given, or a string split like a shell would."""
+    if isinstance(cmdline, (list, tuple)):
+        argv = [str(a) for a in cmdline]
+    elif isinstance(cmdline, str):
+        try:
+            argv = shlex.split(cmdline)
+        except ValueError as exc:
+            raise CmdlineError(f"cannot split the command line ({exc}); check its quoting") from None
+    else:
+        raise CmdlineError(f"cmdline must be a list or a string, got {type(cmdline).__name__}")
+    if not argv:
+        raise CmdlineError("the command line is empty")
+    return argv
+
+
+def locate_server_args(argv: list[str]) -> tuple[int, int, str]:
+    """Find where the server's own arguments start.
+
+    Recognises ``[python] /path/vllm serve ...``, ``python -m
+    vllm.entrypoints.openai.api_server ...``, ``python -m vllm.entrypoints.cli.main
+    serve ...`` and a bare ``serve ...`` or ``--flag ...`` argument list.
+    """
+    for i, token in enumerate(argv):
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        if os.path.basename(token) == "vllm" and nxt == "serve":
+            return i, i + 2, "serve"
+        if token == "-m" and nxt in _API_SERVER_MODULES:
+            return i, i + 2, "api_server"
+        if token == "-m" and nxt in _CLI_MODULES and i + 2 < len(argv) and argv[i + 2] == "serve":
+            return i, i + 3, "serve"
+    if argv[0] == "serve":
+        return 0, 1, "serve"
+    if is_option(argv[0]):
+        return 0, 0, "serve"
+    raise CmdlineError(
+        "the command line does not look like a vLLM server: expected `vllm serve ...` "
+        "or `python -m vllm.entrypoints.openai.api_server ...`, got: "
+        + " ".join(mask_argv(argv))[:300])
+
+
+def _nested(keys: list[str], value: Any) -> Any:
+    for key in reversed(keys):
+        value = {key: value}
+    return value
+
+
+def _merge(original: dict, update: dict) -> None:
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(original.get(key), dict):
+            _merge(original[key], value)
+        elif isinstance(value, list) and isinstance(original.get(key), list):
+            original[key] = original[key] + value
+        else:
+            original[key] = value
+
+
+def parse_cmdline(cmdline: Any, table: FlagTable) -> ParsedCmdline:
+    """Read a server command line as vLLM's FlexibleArgumentParser would.
+
+    Handles ``--flag value``, ``--flag=value``, ``--no-flag``, short forms
+    (``-tp 2``), ``--flag_with_underscores``, unique ``--`` prefixes, JSON
+    values, dotted JSON keys (``-cc.mode=3``, ``--x.key+ a,b``), the positional
+    model and repeats (the last one wins). Unknown words go to ``unknown``.
+    """
+    argv = split_cmdline(cmdline)
+    try:
+        launcher, start, form = locate_server_args(argv)
+    except CmdlineError:
+        # `bash -c "exec vllm serve ..."`: look inside a word that holds a command
+        for token in argv:
+            if " " in token and "vllm" in token:
+                try:
+                    inner = shlex.split(token)
+                    locate_server_args(inner)
+                except (ValueError, CmdlineError):
+                    continue
+                return parse_cmdline(inner, table)
+        raise
+    parsed = ParsedCmdline(argv=argv, launcher_index=launcher, args_index=start, form=form)
+    args = argv[start:]
+    masked = mask_argv(args, table)
+    settings = parsed.settings
+    dotted: dict[str, tuple[Flag, dict, list[str]]] = {}
+    positional_done = False
+    only_positional = False
+    i = 0
+    n = len(args)
+
+    def put(flag: Flag, value: Any, evidence: str):
+        settings[flag.dest] = Setting(flag.dest, value, evidence)
+
+    while i < n:
+        token = args[i]
+        if token == "--" and not only_positional:
+            only_positional = True
+            i += 1
+            continue
+        if only_positional or not is_option(token):
+            model = table.flags.get("model_tag") if form == "serve" else None
+            if model is not None and not positional_done:
+                positional_done = True
+                put(model, token, masked[i])
+                if "model" in table.flags:
+                    put(table.flags["model"], token, masked[i])
+            else:
+                parsed.unknown.append(Unknown(token, SOURCE_CMDLINE, masked[i], "positional"))
+            i += 1
+            continue
+
+        name, eq, inline = token.partition("=")
+        if not token.startswith("--") and not eq:
+            name, inline = token, ""
+        name = normalise_option(name)
+        inline_value = inline if eq else None
+
+        # dotted JSON keys: --compilation-config.mode 3, -cc.mode=3, --x.list+ a,b
+        if "." in name:
+            base, _, keypath = name.partition(".")
+            flag, _neg, _c = table.match_option(base)
+            if flag is None:
+                parsed.unknown.append(Unknown(base, SOURCE_CMDLINE, masked[i]))
+                i += 1
+                continue
+            evidence = [masked[i]]
+            if inline_value is None:
+                inline_value = args[i + 1] if i + 1 < n else ""
+                evidence.append(masked[i + 1] if i + 1 < n else "")
+                i += 1
+            i += 1
+            append = keypath.endswith("+")
+            keys = keypath.rstrip("+").split(".")
+            if append:
+                value: Any = inline_value.split(",")
+            else:
+                try:
+                    value = json.loads(inline_value)
+                except ValueError:
+                    value = inline_value
+            entry = dotted.setdefault(flag.dest, (flag, {}, []))
+            _merge(entry[1], _nested(keys, value))
+            entry[2].extend(evidence)
+            continue
+
+        flag, negative, candidates = table.match_option(name)
+        if flag is None:
+            reason = "ambiguous" if len(candidates) > 1 else "unknown"
+            evidence = masked[i]
+            # an unknown option's value would otherwise pass for the model
+            if inline_value is None and i + 1 < n and not is_option(args[i + 1]) \
+                    and (positional_done or form != "serve" or i + 2 < n):
+                evidence += " " + masked[i + 1]
+                i += 1
+            parsed.unknown.append(Unknown(name, SOURCE_CMDLINE, evidence, reason))
+            i += 1
+            continue
+
+        words = [masked[i]]
+        if flag.nargs == "0":
+            if inline_value is not None:
+                parsed.unknown.append(Unknown(name, SOURCE_CMDLINE, masked[i], "takes no value"))
+                i += 1
+                continue
+            put(flag, not negative, masked[i])
+            i += 1
+            continue
+
+        values: list[str] = []
+        if inline_value is not None:
+            values = [inline_value]
+        elif flag.nargs in ("+", "*"):
+            while i + 1 < n and not is_option(args[i + 1]):
+                i += 1
+                values.append(args[i])
+                words.append(masked[i])
+        elif i + 1 < n and not is_option(args[i + 1]):
+            i += 1
+            values = [args[i]]
+            words.append(masked[i])
+        i += 1
+
+        if not values and flag.nargs in (None, "+"):
+            parsed.unknown.append(Unknown(name, SOURCE_CMDLINE, words[0], "missing value"))
+            continue
+        if flag.nargs in ("+", "*"):
+            value = [convert_cli_value(flag, v) for v in values]
+        elif not values:          # nargs "?" with no value: argparse's const
+            value = True
+        else:
+            value = convert_cli_value(flag, values[0])
+        put(flag, mask_value(flag.dest, value), " ".join(words))
+        if flag.dest == "model" and form == "serve" and "model_tag" in table.flags:
+            # vllm serve moves --model to the positional model_tag
+            put(table.flags["model_tag"], value, " ".join(words))
+            positional_done = True
+
+    # FlexibleArgumentParser appends dotted keys as one JSON value after the rest
+    for dest, (flag, value, evidence) in dotted.items():
+        settings[dest] = Setting(dest, value, " ".join(evidence))
+    return parsed
+
+
+def read_proc_cmdline(pid: int, proc: str = "/proc") -> list[str]:
+    path = os.path.join(proc, str(pid), "cmdline")
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        raise SourceError(
+            f"no process with pid {pid} ({path} does not exist); check that the vLLM "
+            "server is running and the pid is current") from None
+    except PermissionError:
+        raise SourceError(f"cannot read {path}: permission denied; use become") from None
+    argv = data.decode("utf-8", "replace").split("\0")
+    if argv and argv[-1] == "":
+        argv.pop()
+    if not argv:
+        raise SourceError(f"pid {pid} has an empty command line (a zombie or a kernel thread)")
+    return argv

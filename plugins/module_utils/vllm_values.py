@@ -1,0 +1,115 @@
+# -*- coding: utf-8 -*-
+# Copyright: vllm-fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Typing flag values as vLLM does, and spelling them in messages.
+
+:func:`convert_cli_value` types one command-line word from its
+:class:`~vllm_help.Flag`; the ``to_*`` helpers type a value an operator wrote;
+:func:`format_value` spells a value the YAML way for messages.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from ansible.module_utils.vllm_help import Flag
+
+
+_TRUE = {"true", "yes", "on", "1", "y", "t"}
+_FALSE = {"false", "no", "off", "0", "n", "f"}
+
+
+def _human_int(text: str) -> int:
+    """vLLM's human_readable_int: 1k=1000, 1K=1024, 25.6k=25600, auto=-1."""
+    text = text.strip()
+    if text.lower() == "auto":
+        return -1
+    m = re.fullmatch(r"(-?\d+(?:\.\d+)?)([kKmMgGtT]?)", text)
+    if not m:
+        raise ValueError(text)
+    number, unit = m.groups()
+    if not unit:
+        return int(number)
+    decimal = {"k": 10 ** 3, "m": 10 ** 6, "g": 10 ** 9, "t": 10 ** 12}
+    binary = {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
+    if unit in binary:
+        if "." in number:
+            raise ValueError(text)
+        return int(number) * binary[unit]
+    return int(float(number) * decimal[unit])
+
+
+def to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ValueError(value)
+
+
+def to_int(value: Any, human: bool = False) -> int:
+    if isinstance(value, bool):
+        raise ValueError(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        return _human_int(value) if human else int(value.strip())
+    raise ValueError(value)
+
+
+def to_float(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        return float(value.strip())
+    raise ValueError(value)
+
+
+def maybe_json(text: str, brackets: str = "{") -> Any:
+    if text[:1] in brackets:
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+    return text
+
+
+def convert_cli_value(flag: Flag, raw: str) -> Any:
+    """One command-line string, typed as vLLM would type it; unparsable stays str."""
+    try:
+        if flag.kind == "int":
+            if raw == "None" and flag.choices and "None" in flag.choices:
+                return None
+            return to_int(raw, flag.human_int)
+        if flag.kind == "float":
+            return to_float(raw)
+        if flag.kind == "bool":
+            return to_bool(raw)
+        if flag.kind == "json":
+            return maybe_json(raw, "{[")
+    except ValueError:
+        return raw
+    if raw == "None" and flag.choices and "None" in flag.choices:
+        return None
+    return maybe_json(raw, "{")
+
+
+def format_value(value: Any) -> str:
+    """YAML-ish spelling for messages: true/false/null, JSON for containers."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list, tuple)):
+        try:
+            return json.dumps(value, sort_keys=True, default=str)
+        except (TypeError, ValueError):
+            return repr(value)
+    return str(value)

@@ -1,0 +1,27 @@
+"""Tests for plugins/module_utils/pyrepr.py (the real reprs it reads are in
+test_vllm_bootlog.py and test_vllm_help.py)."""
+from __future__ import annotations
+
+import pytest
+
+from ansible.module_utils.pyrepr import ReprError, parse_repr
+
+
+@pytest.mark.parametrize("text,value", [
+    ("{}", {}),
+    ("{'a': 1, 'b': -2.5e3, 'c': None, 'd': True,}", {"a": 1, "b": -2500.0, "c": None, "d": True}),
+    ("[1, (2, 3), {'x': 'y'}]", [1, (2, 3), {"x": "y"}]),
+    ("{'f': X(a='(', b=[1, ')'], c={'k': \"v)\"})}", {"f": "X(a='(', b=[1, ')'], c={'k': \"v)\"})"}),
+    ("{'t': <Enum.A: 'a>b'>, 'd': torch.bfloat16}", {"t": "<Enum.A: 'a>b'>", "d": "torch.bfloat16"}),
+    ("{'i': inf, 'n': -inf}", {"i": float("inf"), "n": float("-inf")}),
+    ("{1, 2}", [1, 2]),
+    ("'it\\'s'", "it's"),
+])
+def test_parse_repr(text, value):
+    assert parse_repr(text) == value
+
+
+@pytest.mark.parametrize("text", ["{'a': }", "{'a': 1", "'open", "{'a' 1}", "[1] x", "KV(a=1"])
+def test_parse_repr_errors(text):
+    with pytest.raises(ReprError):
+        parse_repr(text)
