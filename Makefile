@@ -67,10 +67,12 @@ LAB_TESTS := tests/integration/test_lab_hosts.py tests/integration/test_site.py 
 lab-e2e: $(STAMP) lab-deps ## The lab end to end: fresh hosts, every integration test and molecule scenario, teardown
 	@echo ">> lab end to end (tests/integration): fresh hosts, then site.yml and friends"
 	@$(LAB_SH) down >/dev/null
-	@rc=0; \
+	@rc=0; start=$$SECONDS; \
 	  { $(MAKE) --no-print-directory lab-up && \
+	    echo ">> lab build and up took $$((SECONDS - start)) s" && \
 	    VLLM_FLEET_LAB=1 $(BIN)/python -m pytest -q $(LAB_TESTS); } || rc=$$?; \
 	  $(LAB_SH) down || true; \
+	  echo ">> lab end to end took $$(((SECONDS - start) / 60)) min (phase times above)"; \
 	  exit $$rc
 
 molecule: $(STAMP) lab-deps lab-up ## Every role's molecule scenario on the lab (left up; `make lab-down` after)

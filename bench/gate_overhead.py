@@ -53,9 +53,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
 GATE_DIR = REPO / "gate"
-sys.path.insert(0, str(GATE_DIR))
 
-from vllm_fleet_gate.__main__ import loop_factory  # noqa: E402 - the gate is not installed in the venv
+from vllm_fleet_gate.__main__ import loop_factory  # the gate is installed in the venv, editable (make venv)
 
 BODY = json.dumps({
     "model": "stub", "max_tokens": 16,

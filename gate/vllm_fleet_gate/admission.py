@@ -21,6 +21,9 @@ The rules:
   ones, at the cost of some idle pool while the head waits.
 * A request that exceeds the model's context, or that no engine's pool
   could ever hold, is rejected before it is queued.
+
+Which routes are admitted, and how each one's body is read into prompts
+and a completion budget, is the table ``GENERATION_ROUTES`` at the end.
 """
 from __future__ import annotations
 
@@ -80,6 +83,15 @@ class Demand:
         return max(self.prompt_tokens, default=0)
 
 
+# An engine's health, as its last /health probe (or a failed request) found it.
+READY = "ready"
+DOWN = "down"  # cannot connect: refused, unreachable, no such host
+UNRESPONSIVE = "unresponsive"  # connects, but /health did not answer in time
+UNHEALTHY = "unhealthy"  # /health answered, with a status other than 200
+UNKNOWN = "unknown"  # not probed yet
+NOT_READY = "not ready"  # marked not ready without a reason
+
+
 @dataclass
 class Engine:
     name: str
@@ -89,6 +101,24 @@ class Engine:
     drained: bool = False
     reserved: int = 0
     inflight: int = 0
+    health: str = UNKNOWN
+    detail: str = ""  # why it is not ready, for people: "connection refused at http://..."
+
+    @property
+    def state(self) -> str:
+        """ready, drained, or the reason it is not ready."""
+        if self.ready:
+            return "drained" if self.drained else READY
+        return self.health
+
+    def describe(self) -> str:
+        """``e1 is down (connection refused at http://...)``."""
+        text = f"{self.name} is {self.state}"
+        if not self.ready and self.detail:
+            text += f" ({self.detail})"
+        if not self.ready and self.drained:
+            text += " and drained"
+        return text
 
 
 @dataclass(eq=False)
@@ -277,9 +307,29 @@ class Admission:
         except KeyError:
             raise UnknownUpstream(name, self.engines) from None
 
-    def set_ready(self, name: str, ready: bool) -> list[Ticket]:
-        self.engine(name).ready = ready
+    def set_ready(self, name: str, ready: bool, health: str = "", detail: str = "") -> list[Ticket]:
+        """Record an engine's health: ``health`` says why it is not ready
+        (DOWN, UNRESPONSIVE, UNHEALTHY) and ``detail`` says it for people."""
+        engine = self.engine(name)
+        engine.ready = ready
+        engine.health = READY if ready else (health or NOT_READY)
+        engine.detail = "" if ready else detail
         return self._pump()
+
+    def serving(self) -> bool:
+        """Whether any engine could take a request now (ready, not drained)."""
+        return any(e.ready and not e.drained for e in self.engines.values())
+
+    def none_ready(self) -> str | None:
+        """None when an engine could take a request; otherwise why not, by
+        engine: ``no engine is ready: e1 is down (...); e2 is drained``."""
+        if self.serving():
+            return None
+        return "no engine is ready: " + "; ".join(e.describe() for e in self.engines.values())
+
+    def not_ready(self) -> list[str]:
+        """The engines that cannot take requests, described."""
+        return [e.describe() for e in self.engines.values() if not e.ready or e.drained]
 
     def drain(self, name: str) -> None:
         self.engine(name).drained = True
@@ -320,6 +370,8 @@ class Admission:
                 e.name: {
                     "ready": e.ready,
                     "drained": e.drained,
+                    "state": e.state,
+                    "detail": e.detail,
                     "inflight": e.inflight,
                     "reserved_tokens": e.reserved,
                     "kv_cache_tokens": e.kv_cache_tokens,
@@ -441,3 +493,170 @@ def text_chars(value: Any) -> int:
 
 def estimate_tokens(chars: int, chars_per_token: float) -> int:
     return math.ceil(chars / chars_per_token) if chars > 0 else 0
+
+
+# -- the generation routes: each body read into prompts and a budget ------------
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt to count: ``tokens`` known exactly (token IDs), plus either
+    the engine's count for ``tokenize`` (a /tokenize body, without the model)
+    or, without one, an estimate from ``chars``; plus an estimate from
+    ``extra_chars``, for what the /tokenize body cannot carry (Responses and
+    Anthropic tools)."""
+
+    tokens: int = 0
+    tokenize: dict | None = None
+    chars: int = 0
+    extra_chars: int = 0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a generation request asks for, before its prompts are counted."""
+
+    prompts: tuple[Prompt, ...]
+    max_tokens: int | None  # None: up to the model's limit
+    sequences: int = 1
+
+
+def read_completion(payload: dict) -> Plan:
+    """POST /v1/completions: ``prompt``, ``max_tokens``, ``n``/``best_of``."""
+    prompts = tuple(
+        Prompt(tokens=p) if isinstance(p, int) else Prompt(tokenize={"prompt": p}, chars=len(p))
+        for p in prompt_parts(payload)
+    )
+    return Plan(prompts, *read_limits(payload))
+
+
+def read_chat(payload: dict) -> Plan:
+    """POST /v1/chat/completions: ``messages`` and ``tools``, counted as the
+    chat template renders them."""
+    messages = chat_messages(payload)
+    tools = payload.get("tools")
+    body = {"messages": messages, "tools": tools} if tools else {"messages": messages}
+    return Plan((Prompt(tokenize=body, chars=text_chars(messages) + text_chars(tools)),), *read_limits(payload))
+
+
+def read_chat_batch(payload: dict) -> Plan:
+    """POST /v1/chat/completions/batch (vLLM): ``messages`` is a list of
+    conversations, one prompt each."""
+    conversations = payload.get("messages")
+    if not isinstance(conversations, list):
+        conversations = []
+    prompts = tuple(
+        Prompt(tokenize={"messages": c}, chars=text_chars(c)) for c in conversations if isinstance(c, list)
+    )
+    return Plan(prompts, *read_limits(payload))
+
+
+def read_responses(payload: dict) -> Plan:
+    """POST /v1/responses: ``instructions`` and ``input`` (a string or a
+    list of items), ``tools``; ``max_output_tokens``; one sequence. An
+    ``input`` that is not plain text messages (images, tool calls) is
+    counted by estimate."""
+    instructions, given = payload.get("instructions"), payload.get("input")
+    items = [{"role": "user", "content": given}] if isinstance(given, str) else given
+    prompt = _system_and_items(instructions, given, items, payload.get("tools"))
+    return Plan((prompt,), _int_field(payload, "max_output_tokens", minimum=1))
+
+
+def read_anthropic(payload: dict) -> Plan:
+    """POST /v1/messages (Anthropic's Messages API): ``system``,
+    ``messages`` (text blocks or strings), ``tools``; ``max_tokens``."""
+    system, given = payload.get("system"), payload.get("messages")
+    prompt = _system_and_items(system, given, given, payload.get("tools"))
+    return Plan((prompt,), _int_field(payload, "max_tokens", minimum=1))
+
+
+def read_generate(payload: dict) -> Plan:
+    """POST /inference/v1/generate (vLLM's tokens in, tokens out):
+    ``token_ids``, counted exactly; ``sampling_params.max_tokens`` and ``n``."""
+    ids = payload.get("token_ids")
+    params = payload.get("sampling_params")
+    prompt = Prompt(tokens=len(ids) if isinstance(ids, list) else 0)
+    return Plan((prompt,), *read_limits(params if isinstance(params, dict) else {}))
+
+
+def read_generative_scoring(payload: dict) -> Plan:
+    """POST /generative_scoring (vLLM): one prompt per item, the query and
+    the item together, each for one step. Text is counted by estimate."""
+    query, items = payload.get("query"), payload.get("items")
+
+    def prompt(item: Any) -> Prompt:
+        parts = (query, item)
+        return Prompt(
+            tokens=sum(len(p) for p in parts if _is_ids(p)),
+            chars=sum(len(p) for p in parts if isinstance(p, str)),
+        )
+
+    return Plan(tuple(prompt(i) for i in items) if isinstance(items, list) else (), 1)
+
+
+def read_invocations(payload: dict) -> Plan | None:
+    """POST /invocations (SageMaker): vLLM serves it as a chat request when
+    the body has ``messages``, else as a completion. None: neither, so not
+    a generation request (a pooling engine's); it is passed through."""
+    if isinstance(payload.get("messages"), list):
+        return read_chat(payload)
+    if "prompt" in payload:
+        return read_completion(payload)
+    return None
+
+
+# The routes of vLLM's API server (0.32, generate runner) that generate and
+# so hold KV cache while they run: each is admitted. Every other route is
+# passed through to a ready engine without admission.
+GENERATION_ROUTES: dict[str, Callable[[dict], Plan | None]] = {
+    "/v1/completions": read_completion,
+    "/v1/chat/completions": read_chat,
+    "/v1/chat/completions/batch": read_chat_batch,
+    "/v1/responses": read_responses,
+    "/v1/messages": read_anthropic,
+    "/inference/v1/generate": read_generate,
+    "/generative_scoring": read_generative_scoring,
+    "/invocations": read_invocations,
+}
+
+
+def _system_and_items(system: Any, given: Any, items: Any, tools: Any) -> Prompt:
+    """A prompt of a system text and conversation items (Responses,
+    Anthropic): tokenized as chat messages when they are plain text; every
+    string in ``given`` and ``system`` estimated otherwise; ``tools`` (in a
+    shape /tokenize does not take) always estimated."""
+    messages = _plain_messages(system, items)
+    return Prompt(
+        tokenize={"messages": messages} if messages else None,
+        chars=text_chars(system) + text_chars(given),
+        extra_chars=text_chars(tools),
+    )
+
+
+def _text_of(content: Any) -> str | None:
+    """A message's content as plain text: a string, or a list of parts that
+    all carry text (OpenAI's text parts, Anthropic's text blocks); else None."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) and isinstance(p.get("text"), str) for p in content):
+        return "".join(p["text"] for p in content)
+    return None
+
+
+def _plain_messages(system: Any, items: Any) -> list[dict] | None:
+    """Chat messages for /tokenize, when the system text and every item are
+    plain text messages; else None (count by estimate)."""
+    if not isinstance(items, list) or not items:
+        return None
+    messages = []
+    if system is not None:
+        text = _text_of(system)
+        if text is None:
+            return None
+        messages.append({"role": "system", "content": text})
+    for item in items:
+        if not isinstance(item, dict) or not isinstance(item.get("role"), str):
+            return None
+        text = _text_of(item.get("content"))
+        if text is None:
+            return None
+        messages.append({"role": item["role"], "content": text})
+    return messages

@@ -1,6 +1,12 @@
 """The gate's HTTP side: an OpenAI-compatible reverse proxy in front of vLLM
 engines, with admission by KV pool (``admission.py``).
 
+The generation routes (``GENERATION_ROUTES``) are admitted; every other
+path and method is passed through to a ready engine as it is, so a client
+sees the engine's API. The gate's own routes are /health, /metrics and
+/admin/*. Whatever the gate itself refuses is answered in OpenAI's error
+shape.
+
 aiohttp serves and aiohttp forwards, through one shared ClientSession whose
 connector limit sits above the expected concurrency (docs/gate.md explains
 why: an httpx pool collapsed at 64 concurrent requests on this design).
@@ -17,6 +23,8 @@ import asyncio
 import hmac
 import json
 import logging
+import os
+import socket
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -27,18 +35,19 @@ from aiohttp import web
 
 from .admission import (
     ADMITTED,
+    DOWN,
     FAILED,
+    GENERATION_ROUTES,
+    UNHEALTHY,
+    UNRESPONSIVE,
     Admission,
     BadRequest,
     Demand,
+    Plan,
     Rejected,
     Ticket,
     UnknownUpstream,
-    chat_messages,
     estimate_tokens,
-    prompt_parts,
-    read_limits,
-    text_chars,
 )
 from .config import Config
 from .metrics import CONTENT_TYPE, Metrics
@@ -46,18 +55,20 @@ from .metrics import CONTENT_TYPE, Metrics
 log = logging.getLogger("vllm_fleet_gate")
 access_log = logging.getLogger("vllm_fleet_gate.access")
 
-COMPLETIONS = "/v1/completions"
-CHAT = "/v1/chat/completions"
+# The gate's own paths, never passed to an engine (the engine's /health and
+# /metrics are the engine's, not the gate's), and everything under /admin.
+_OWN_PATHS = frozenset(("/health", "/metrics"))
 
 # Only these cross the gate; Authorization never does (see upstream_api_key).
 _REQUEST_HEADERS = ("Accept", "X-Request-Id", "traceparent", "tracestate")
-_RESPONSE_HEADERS = ("Content-Type", "Content-Encoding", "Cache-Control", "X-Request-Id")
+_RESPONSE_HEADERS = ("Content-Type", "Content-Encoding", "Cache-Control", "X-Request-Id", "Allow")
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
+    405: "invalid_request_error",
     413: "invalid_request_error",
     429: "rate_limit_error",
     502: "upstream_error",
@@ -75,11 +86,28 @@ _REJECTIONS = {
 }
 
 
-def error_response(status: int, message: str, code: str, *, retry_after: int | None = None) -> web.Response:
+def error_response(status: int, message: str, code: str, *, retry_after: int | None = None,
+                   headers: dict | None = None) -> web.Response:
     """An OpenAI-style error body."""
     body = {"error": {"message": message, "type": _ERROR_TYPES.get(status, "error"), "param": None, "code": code}}
-    headers = {"Retry-After": str(retry_after)} if retry_after else None
+    if retry_after:
+        headers = {**(headers or {}), "Retry-After": str(retry_after)}
     return web.json_response(body, status=status, headers=headers)
+
+
+def connect_reason(exc: aiohttp.ClientConnectorError) -> str:
+    """``connection refused``, ``name or service not known``: the OS's words
+    (aiohttp's own strerror is "Connect call failed (...)")."""
+    err = exc.os_error
+    if err.errno and err.errno > 0 and not isinstance(err, socket.gaierror):
+        text = os.strerror(err.errno)
+    else:
+        text = err.strerror or str(err) or type(err).__name__
+    return text[:1].lower() + text[1:]
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 def _bearer(request: web.Request) -> bytes | None:
@@ -139,24 +167,82 @@ class Gate:
             {"Authorization": f"Bearer {config.upstream_api_key}"} if config.upstream_api_key else {}
         )
         self._last_fallback_log = float("-inf")
+        self._tokenize_mode = config.token_count_mode == "tokenize"
+        self._passing = 0  # passthrough requests in flight (for a graceful stop)
+        self._admin_paths = {path: method for method, path in self._admin_routes()}
 
     # -- wiring -----------------------------------------------------------
     def make_app(self) -> web.Application:
         app = web.Application(client_max_size=self.config.max_request_bytes)
         add = app.router
-        add.add_post(COMPLETIONS, self.handle_completion)
-        add.add_post(CHAT, self.handle_completion)
-        add.add_get("/v1/models", self.handle_models)
+        for path, reader in GENERATION_ROUTES.items():
+            add.add_post(path, self._admitted(reader))
         add.add_get("/health", self.handle_health)
         add.add_get("/metrics", self.handle_metrics)
-        add.add_get("/admin/state", self.handle_admin_state)
-        add.add_get("/admin/inflight", self.handle_admin_inflight)
-        add.add_post("/admin/drain", self.handle_drain)
-        add.add_post("/admin/undrain", self.handle_undrain)
-        add.add_post("/admin/hold", self.handle_hold)
-        add.add_post("/admin/release", self.handle_release)
+        for (method, path), handler in self._admin_routes().items():
+            add.add_route(method, path, handler)
+        # Last: everything else, any method, goes to an engine as it is.
+        add.add_route("*", "/{path:.*}", self.handle_passthrough)
         app.cleanup_ctx.append(self._lifecycle)
         return app
+
+    def _admin_routes(self) -> dict:
+        return {
+            ("GET", "/admin/state"): self.handle_admin_state,
+            ("GET", "/admin/inflight"): self.handle_admin_inflight,
+            ("POST", "/admin/drain"): self.handle_drain,
+            ("POST", "/admin/undrain"): self.handle_undrain,
+            ("POST", "/admin/hold"): self.handle_hold,
+            ("POST", "/admin/release"): self.handle_release,
+        }
+
+    def _admitted(self, reader: Callable[[dict], Plan | None]):
+        async def handler(request: web.Request) -> web.StreamResponse:
+            return await self._handle(request, reader)
+        return handler
+
+    async def handle_passthrough(self, request: web.Request) -> web.StreamResponse:
+        return await self._handle(request, None)
+
+    async def _handle(self, request: web.Request, reader: Callable[[dict], Plan | None] | None) -> web.StreamResponse:
+        """One proxied request, and its access log line. ``reader``: how a
+        generation route's body is read; None: passed through."""
+        started = time.perf_counter()
+        ex = _Exchange(request.method, request.path)
+        try:
+            if reader is None:
+                resp = await self._passthrough(request, ex)
+            else:
+                resp = await self._completion(request, ex, reader)
+            if not ex.status:
+                ex.status = resp.status
+            return resp
+        except asyncio.CancelledError:
+            ex.status = CLIENT_CLOSED
+            raise
+        finally:
+            if reader is not None:
+                self.metrics.response(ex.status)
+            self._log(ex, started)
+
+    async def _read(self, request: web.Request, ex: _Exchange) -> bytes | web.Response:
+        """What every proxied request passes first: the shutdown, the API
+        key, the body's size. The body, or the refusal."""
+        if self.shutting_down:
+            return self._shutting_down(ex)
+        denied = self._check_api_key(request)
+        if denied is not None:
+            ex.reason = "unauthorized"
+            self.metrics.rejected.labels("unauthorized").inc()
+            return denied
+        try:
+            return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return self._reject(
+                ex, 413, "bad_request",
+                f"The request body is larger than the gate's limit ({self.config.max_request_bytes} bytes).",
+                "request_too_large",
+            )
 
     async def _lifecycle(self, app: web.Application):
         await self.start()
@@ -225,7 +311,7 @@ class Gate:
         return True
 
     def _update_idle(self) -> None:
-        if self.admission.inflight == 0 and self.admission.queue_depth == 0:
+        if self.admission.inflight == 0 and self.admission.queue_depth == 0 and self._passing == 0:
             self._idle.set()
         else:
             self._idle.clear()
@@ -236,21 +322,35 @@ class Gate:
         await asyncio.gather(*(self._probe(name) for name in self.bases))
 
     async def _probe(self, name: str) -> None:
+        # While vLLM loads its port refuses connections; a dead engine
+        # answers 503; a wedged one may not answer. All mean: send it
+        # nothing new, and say which it is.
+        url = self.bases[name]
         timeout = aiohttp.ClientTimeout(total=self.config.health_timeout_s)
+        health, detail = UNHEALTHY, ""
         try:
-            async with self.session.get(self.bases[name] + "/health", timeout=timeout) as resp:
+            async with self.session.get(url + "/health", timeout=timeout) as resp:
                 await resp.read()
                 ready = resp.status == 200
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-            # While vLLM loads its port refuses connections; a dead engine
-            # answers 503. Both mean: send it nothing new.
-            ready = False
-        self._set_ready(name, ready)
+                detail = f"/health answered {resp.status} at {url}"
+        except aiohttp.ClientConnectorError as exc:
+            ready, health, detail = False, DOWN, f"{connect_reason(exc)} at {url}"
+        except asyncio.TimeoutError:
+            ready, health = False, UNRESPONSIVE
+            detail = f"/health did not answer within {self.config.health_timeout_s:g} s at {url}"
+        except (aiohttp.ClientError, OSError) as exc:
+            ready, health, detail = False, DOWN, f"{type(exc).__name__} at {url}"
+        self._set_ready(name, ready, health, detail)
 
-    def _set_ready(self, name: str, ready: bool) -> None:
-        if self.admission.engines[name].ready != ready:
-            log.info("upstream %s is %s", name, "ready" if ready else "not ready")
-        self._wake(self.admission.set_ready(name, ready))
+    def _set_ready(self, name: str, ready: bool, health: str = "", detail: str = "") -> None:
+        engine = self.admission.engines[name]
+        was = (engine.ready, engine.health)
+        self._wake(self.admission.set_ready(name, ready, health, detail))
+        if (engine.ready, engine.health) != was:
+            if ready:
+                log.info("upstream %s is ready", name)
+            else:
+                log.warning("upstream %s", engine.describe())
 
     async def _health_loop(self) -> None:
         while True:
@@ -285,55 +385,33 @@ class Gate:
         return {"state": self._state_word(), "shutting_down": self.shutting_down, **snap}
 
     def _state_word(self) -> str:
+        """draining and unavailable are the states /health answers 503 in."""
         if self.shutting_down:
             return "draining"
+        if not self.admission.serving():
+            return "unavailable"
         return "holding" if self.admission.held else "ok"
 
-    # -- /v1 completions ------------------------------------------------------
-    async def handle_completion(self, request: web.Request) -> web.StreamResponse:
-        started = time.perf_counter()
-        ex = _Exchange(request.method, request.path)
-        try:
-            resp = await self._completion(request, ex)
-            if not ex.status:
-                ex.status = resp.status
-            return resp
-        except asyncio.CancelledError:
-            ex.status = CLIENT_CLOSED
-            raise
-        finally:
-            self.metrics.response(ex.status)
-            self._log(ex, started)
-
-    async def _completion(self, request: web.Request, ex: _Exchange) -> web.StreamResponse:
-        if self.shutting_down:
-            return self._shutting_down(ex)
-        denied = self._check_api_key(request)
-        if denied is not None:
-            ex.reason = "unauthorized"
-            self.metrics.rejected.labels("unauthorized").inc()
-            return denied
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return self._reject(
-                ex, 413, "bad_request",
-                f"The request body is larger than the gate's limit ({self.config.max_request_bytes} bytes).",
-                "request_too_large",
-            )
+    # -- the generation routes, admitted ------------------------------------------
+    async def _completion(self, request: web.Request, ex: _Exchange,
+                          reader: Callable[[dict], Plan | None]) -> web.StreamResponse:
+        body = await self._read(request, ex)
+        if isinstance(body, web.Response):
+            return body
         try:
             payload = json.loads(body)
         except ValueError:
             return self._bad(ex, "The request body is not valid JSON.", "invalid_json")
         if not isinstance(payload, dict):
             return self._bad(ex, "The request body must be a JSON object.", "invalid_json")
-        model = payload.get("model")
-        if not isinstance(model, str) or not model:
-            return self._bad(ex, "model is required", "model_required")
         ex.stream = payload.get("stream") is True
         try:
-            max_tokens, sequences = read_limits(payload)
-            demand = await self._demand(request.path, payload, model, max_tokens, sequences)
+            plan = reader(payload)
+            if plan is None:  # not a generation request after all
+                return await self._pass(request, body, ex)
+            # vLLM serves its one model when none is named.
+            model = payload.get("model")
+            demand = await self._demand(plan, model if isinstance(model, str) and model else None)
         except BadRequest as exc:
             return self._bad(ex, exc.message, exc.code)
 
@@ -352,7 +430,7 @@ class Gate:
                 if refused is not None:
                     return refused
             ex.tokens, ex.upstream, ex.queue_ms = ticket.tokens, ticket.engine, ticket.wait_s * 1000
-            return await self._forward(request, body, ticket, ex)
+            return await self._forward(request, body, ticket.engine, ex, admitted=True)
         finally:
             self._finish(ticket)
 
@@ -372,42 +450,49 @@ class Gate:
             self._waiters.pop(ticket.id, None)
         if ticket.state == ADMITTED:
             return None
+        waited = self.config.queue_timeout_s
         ex.queue_ms = (self._clock() - ticket.created) * 1000
         ex.tokens = self.admission.tokens_for(ticket.demand)
         if ticket.state == FAILED:
             return self._shutting_down(ex)
-        return self._reject(
-            ex, 503, "queue_timeout",
-            f"Timed out after {self.config.queue_timeout_s:g} s waiting for room in an engine's KV cache; retry later.",
-            "queue_timeout", retry=True,
-        )
+        # Say what the wait was for: an engine at all, the end of a hold, or
+        # room in a pool.
+        none_ready = self.admission.none_ready()
+        if none_ready is not None:
+            message = f"{none_ready}. Waited {waited:g} s in the queue for one; retry later."
+            return self._no_engine(ex, _sentence(message))
+        if self.admission.held:
+            message = (f"Timed out after {waited:g} s waiting for the hold on admissions to end "
+                       f"(POST /admin/hold); retry later.")
+        else:
+            unready = self.admission.not_ready()
+            also = f" ({'; '.join(unready)})" if unready else ""
+            message = f"Timed out after {waited:g} s waiting for room in an engine's KV cache{also}; retry later."
+        return self._reject(ex, 503, "queue_timeout", message, "queue_timeout", retry=True)
 
-    async def _demand(self, path: str, payload: dict, model: str, max_tokens: int | None, sequences: int) -> Demand:
-        tokenize = self.config.token_count_mode == "tokenize"
+    async def _demand(self, plan: Plan, model: str | None) -> Demand:
+        """Count each prompt: the engine's /tokenize in tokenize mode,
+        else (or when it fails) the estimate."""
         cpt = self.config.chars_per_token
-        if path == CHAT:
-            messages = chat_messages(payload)
-            tools = payload.get("tools")
-            count = None
-            if tokenize:
-                req = {"model": model, "messages": messages}
-                if tools:
-                    req["tools"] = tools
-                count = await self._tokenize(req)
-            if count is None:
-                count = estimate_tokens(text_chars(messages) + text_chars(tools), cpt)
-            return Demand((count,), max_tokens, sequences)
-        parts = prompt_parts(payload)
-        counts: list[int | None] = [p if isinstance(p, int) else None for p in parts]
-        texts = [(i, p) for i, p in enumerate(parts) if isinstance(p, str)]
-        if tokenize and texts:
-            found = await asyncio.gather(*(self._tokenize({"model": model, "prompt": p}) for _, p in texts))
-            for (i, _), n in zip(texts, found):
-                counts[i] = n
-        for i, p in texts:
-            if counts[i] is None:
-                counts[i] = estimate_tokens(len(p), cpt)
-        return Demand(tuple(counts), max_tokens, sequences)
+        found: list[int | None] = []
+        if self._tokenize_mode:
+            asks = [p.tokenize for p in plan.prompts if p.tokenize is not None]
+            if model is not None:
+                asks = [{"model": model, **ask} for ask in asks]
+            if len(asks) == 1:
+                found = [await self._tokenize(asks[0])]
+            elif asks:
+                found = list(await asyncio.gather(*(self._tokenize(ask) for ask in asks)))
+        answers = iter(found)
+        counts = []
+        for p in plan.prompts:
+            n = next(answers, None) if p.tokenize is not None else None
+            if n is None:
+                n = estimate_tokens(p.chars, cpt)
+            if p.extra_chars:
+                n += estimate_tokens(p.extra_chars, cpt)
+            counts.append(p.tokens + n)
+        return Demand(tuple(counts), plan.max_tokens, plan.sequences)
 
     async def _tokenize(self, req: dict) -> int | None:
         """The engine's own count (POST /tokenize), or None to estimate."""
@@ -441,24 +526,32 @@ class Gate:
         return None
 
     def _pick_any_ready(self) -> str | None:
-        """An engine for calls outside admission (/tokenize, /v1/models)."""
+        """An engine for calls outside admission (/tokenize, passthrough):
+        the first ready one not drained, else the first ready one."""
         ready = [e for e in self.admission.engines.values() if e.ready]
         for engine in ready:
             if not engine.drained:
                 return engine.name
         return ready[0].name if ready else None
 
-    async def _forward(self, request: web.Request, body: bytes, ticket: Ticket, ex: _Exchange) -> web.StreamResponse:
-        name = ticket.engine
-        headers = {"Content-Type": request.headers.get("Content-Type", "application/json")}
+    async def _forward(self, request: web.Request, body: bytes, name: str, ex: _Exchange, *,
+                       admitted: bool) -> web.StreamResponse:
+        """Send the request to engine ``name`` as it came (method, path,
+        query, body) and relay the answer. ``admitted``: a generation
+        request, timed in the engine-latency metrics."""
+        ctype = request.headers.get("Content-Type")
+        headers = {"Content-Type": ctype or "application/json"} if admitted or ctype else {}
         for key in _REQUEST_HEADERS:
             value = request.headers.get(key)
             if value is not None:
                 headers[key] = value
         headers.update(self._upstream_auth)
+        url = self.bases[name]
         sent = time.perf_counter()
         try:
-            upstream = await self.session.post(self.bases[name] + request.path_qs, data=body, headers=headers)
+            upstream = await self.session.request(
+                request.method, url + request.path_qs, data=body if body or admitted else None, headers=headers
+            )
         except asyncio.CancelledError:
             self.metrics.client_disconnects.labels("upstream").inc()
             raise
@@ -466,10 +559,11 @@ class Gate:
             return self._timed_out(ex, name)
         except aiohttp.ClientConnectorError as exc:
             # Refused or unreachable: stop sending it work until /health says so.
-            self._set_ready(name, False)
-            reason = exc.os_error.strerror or str(exc.os_error)
+            reason = connect_reason(exc)
+            self._set_ready(name, False, DOWN, f"{reason} at {url}")
             return self._upstream_error(
-                ex, name, "connect", 502, f"Cannot connect to engine {name}: {reason}.", "upstream_unreachable"
+                ex, name, "connect", 502, f"Cannot connect to engine {name} at {url}: {reason}.",
+                "upstream_unreachable",
             )
         except aiohttp.ClientError as exc:
             return self._upstream_error(
@@ -480,11 +574,12 @@ class Gate:
             ex.status = upstream.status
             # The raw header: cheaper than aiohttp's parsed content_type.
             if upstream.headers.get("Content-Type", "").lower().startswith("text/event-stream"):
-                resp = await self._relay_stream(request, upstream, name, ex, sent)
+                ex.stream = True
+                resp = await self._relay_stream(request, upstream, name, ex, sent if admitted else None)
             else:
                 data = await upstream.read()
                 resp = web.Response(status=upstream.status, body=data, headers=self._response_headers(upstream))
-            if not ex.reason:
+            if admitted and not ex.reason:
                 self.metrics.upstream_seconds_by[name].observe(time.perf_counter() - sent)
             return resp
         except asyncio.CancelledError:
@@ -506,12 +601,13 @@ class Gate:
             upstream.release()
 
     async def _relay_stream(self, request: web.Request, upstream: aiohttp.ClientResponse, name: str,
-                            ex: _Exchange, sent: float) -> web.StreamResponse:
+                            ex: _Exchange, sent: float | None) -> web.StreamResponse:
         """Relay SSE as it comes: each chunk is written (and so sent) on
-        arrival, with no buffering in between."""
+        arrival, with no buffering in between. ``sent``: when the request
+        went out, to time the first chunk (None: not timed)."""
         resp = web.StreamResponse(status=upstream.status, headers=self._response_headers(upstream))
         await resp.prepare(request)
-        first = True
+        first = sent is not None
         try:
             async for chunk in upstream.content.iter_any():
                 if first:
@@ -558,34 +654,53 @@ class Gate:
         log.warning("upstream %s: %s", name, message)
         return error_response(status, message, code)
 
-    # -- /v1/models -------------------------------------------------------------
-    async def handle_models(self, request: web.Request) -> web.Response:
-        denied = self._check_api_key(request)
-        if denied is not None:
-            return denied
+    # -- every other route: passed through ------------------------------------------
+    async def _passthrough(self, request: web.Request, ex: _Exchange) -> web.StreamResponse:
+        path = request.path
+        if path in _OWN_PATHS or path == "/admin" or path.startswith("/admin/"):
+            return self._not_served(request)
+        body = await self._read(request, ex)
+        if isinstance(body, web.Response):
+            return body
+        return await self._pass(request, body, ex)
+
+    def _not_served(self, request: web.Request) -> web.Response:
+        """The gate's own path with a method it does not serve, or an admin
+        route it does not have."""
+        path = request.path
+        allowed = "GET" if path in _OWN_PATHS else self._admin_paths.get(path)
+        if allowed is None:
+            return error_response(404, f"The gate has no admin route {path}.", "not_found")
+        return error_response(405, f"{request.method} is not allowed on the gate's {path}; use {allowed}.",
+                              "method_not_allowed", headers={"Allow": allowed})
+
+    async def _pass(self, request: web.Request, body: bytes, ex: _Exchange) -> web.StreamResponse:
+        """To any ready engine, without admission."""
         name = self._pick_any_ready()
         if name is None:
-            return error_response(503, "No engine is ready.", "no_ready_upstream", retry_after=self.config.retry_after_s)
-        timeout = aiohttp.ClientTimeout(total=self.config.health_timeout_s + self.config.upstream_connect_timeout_s)
+            return self._no_engine(ex, _sentence(f"{self.admission.none_ready() or 'no engine is ready'}."))
+        ex.upstream = name
+        self._passing += 1
         try:
-            url = self.bases[name] + request.path_qs
-            async with self.session.get(url, headers=self._upstream_auth, timeout=timeout) as up:
-                data = await up.read()
-                return web.Response(status=up.status, body=data, headers=self._response_headers(up))
-        except asyncio.TimeoutError:
-            return error_response(504, f"Engine {name} did not answer in time.", "upstream_timeout")
-        except aiohttp.ClientError as exc:
-            return error_response(502, f"Engine {name} failed: {type(exc).__name__}.", "upstream_error")
+            return await self._forward(request, body, name, ex, admitted=False)
+        finally:
+            self._passing -= 1
+            self._update_idle()
 
     # -- the gate's own endpoints ------------------------------------------------
     async def handle_health(self, request: web.Request) -> web.Response:
-        engines = self.admission.engines.values()
-        serving = any(e.ready and not e.drained for e in engines) and not self.shutting_down
-        body = {
-            "state": self._state_word(),
-            "upstreams": {e.name: {"ready": e.ready, "drained": e.drained} for e in engines},
+        """200 while an engine could take a request; the body says the same
+        (state ok or holding), and otherwise why not (draining, unavailable)."""
+        state = self._state_word()
+        body = {"state": state, "held": self.admission.held}
+        why = self.admission.none_ready()
+        if why is not None:
+            body["message"] = why
+        body["upstreams"] = {
+            e.name: {"ready": e.ready, "drained": e.drained, "state": e.state, "detail": e.detail}
+            for e in self.admission.engines.values()
         }
-        return web.json_response(body, status=200 if serving else 503)
+        return web.json_response(body, status=503 if state in ("draining", "unavailable") else 200)
 
     async def handle_metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
@@ -714,6 +829,9 @@ class Gate:
         self.metrics.rejected.labels(reason).inc()
         ex.reason = reason
         return error_response(status, message, code, retry_after=self.config.retry_after_s if retry else None)
+
+    def _no_engine(self, ex: _Exchange, message: str) -> web.Response:
+        return self._reject(ex, 503, "no_ready_upstream", message, "no_ready_upstream", retry=True)
 
     def _shutting_down(self, ex: _Exchange) -> web.Response:
         return self._reject(

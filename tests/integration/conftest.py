@@ -30,3 +30,30 @@ def play():
     return run_playbook
 
 
+
+
+# How long each lab phase took: a table at the end of every lab run (make
+# test prints it; docs/lab.md keeps the latest figures).
+_PHASES: dict[str, float] = {}
+_TESTS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    path, _, name = report.nodeid.partition("::")
+    phase = Path(path).stem
+    if phase == "test_molecule":  # one phase per role's scenario
+        phase = f"test_molecule[{name.partition('[')[2].rstrip(']')}]"
+    _PHASES[phase] = _PHASES.get(phase, 0.0) + report.duration
+    _TESTS[report.nodeid] = _TESTS.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _PHASES or os.environ.get("VLLM_FLEET_LAB") != "1":
+        return
+    write = terminalreporter.write_line
+    terminalreporter.section("lab phase times")
+    for phase, seconds in _PHASES.items():
+        write(f"{phase:<48} {seconds / 60:6.1f} min  ({seconds:5.0f} s)")
+    write(f"{'total':<48} {sum(_PHASES.values()) / 60:6.1f} min")
+    slowest = sorted(_TESTS.items(), key=lambda kv: -kv[1])[:8]
+    write("slowest tests: " + "; ".join(f"{nodeid.split('::')[-1]} {s:.0f} s" for nodeid, s in slowest))

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-# The gate is its own package (gate/), not installed in the venv.
+# The gate is its own package (gate/). `make venv` installs it editable; the
+# path keeps these tests on the clone's code in a venv built before that.
 GATE_DIR = Path(__file__).resolve().parents[3] / "gate"
 if str(GATE_DIR) not in sys.path:
     sys.path.insert(0, str(GATE_DIR))
@@ -42,8 +43,8 @@ async def fake_engine():
     """Factory: start a FakeVLLM on loopback."""
     servers = []
 
-    async def start() -> FakeVLLM:
-        fake = FakeVLLM()
+    async def start(**kwargs) -> FakeVLLM:
+        fake = FakeVLLM(**kwargs)
         fake.server = TestServer(fake.app(), host="127.0.0.1")
         await fake.server.start_server()
         servers.append(fake)

@@ -52,8 +52,10 @@ async def test_a_not_ready_engine_gets_nothing(fake_engine, start_gate):
     await gate.poll_health()
     r = await client.get("/health")
     assert r.status == 200
-    assert await r.json() == {"state": "ok", "upstreams": {"e1": {"ready": False, "drained": False},
-                                                           "e2": {"ready": True, "drained": False}}}
+    assert await r.json() == {"state": "ok", "held": False, "upstreams": {
+        "e1": {"ready": False, "drained": False, "state": "unhealthy", "detail": f"/health answered 503 at {f1.url}"},
+        "e2": {"ready": True, "drained": False, "state": "ready", "detail": ""},
+    }}
     for label in "abc":
         assert (await client.post("/v1/completions", json=completion(label, 5, 5))).status == 200
     assert (f1.labels(), f2.labels()) == ([], ["a", "b", "c"])
@@ -126,7 +128,7 @@ async def test_admin_state_and_inflight(one):
     assert (state["inflight"], state["queued"], state["reserved_tokens"]) == (1, 0, 40)
     assert state["queue"]["max_depth"] == 8 and state["queue"]["timeout_s"] == WAIT
     assert state["upstreams"]["e1"] == {
-        "ready": True, "drained": False, "inflight": 1, "reserved_tokens": 40,
+        "ready": True, "drained": False, "state": "ready", "detail": "", "inflight": 1, "reserved_tokens": 40,
         "kv_cache_tokens": 100, "max_model_len": 100, "url": fake.url,
     }
     r = await client.get("/admin/inflight", headers=AUTH)
@@ -149,7 +151,7 @@ async def test_drain_sends_new_work_elsewhere_while_inflight_finishes(fake_engin
         assert (await client.post("/v1/completions", json=completion(label))).status == 200
     assert f2.labels() == ["b", "c"]
     r = await client.get("/health")
-    assert (await r.json())["upstreams"]["e1"] == {"ready": True, "drained": True}
+    assert (await r.json())["upstreams"]["e1"] == {"ready": True, "drained": True, "state": "drained", "detail": ""}
     f1.block = False
     f1.release("a")
     assert (await a).status == 200  # in-flight work on a drained engine finishes
@@ -163,7 +165,9 @@ async def test_draining_the_only_engine_queues_until_undrain(one):
     fake, gate, client = one
     await client.post("/admin/drain", json={"upstream": "e1"}, headers=AUTH)
     r = await client.get("/health")
-    assert r.status == 503  # nothing can be admitted now
+    assert r.status == 503  # nothing can be admitted now, and the body says why
+    body = await r.json()
+    assert (body["state"], body["message"]) == ("unavailable", "no engine is ready: e1 is drained")
     a = post(client, completion("a"))
     await until(lambda: gate.admission.queue_depth == 1, what="a to queue")
     await client.post("/admin/undrain", json={"upstream": "e1"}, headers=AUTH)

@@ -9,9 +9,12 @@ from vllm_fleet_gate.admission import (
     DONE,
     FAILED,
     QUEUED,
+    GENERATION_ROUTES,
     Admission,
     BadRequest,
     Demand,
+    Plan,
+    Prompt,
     Rejected,
     UnknownUpstream,
     chat_messages,
@@ -289,7 +292,7 @@ def test_snapshot():
     snap = adm.snapshot()
     assert snap["queue"] == {"depth": 1, "max_depth": 8, "oldest_wait_s": 2.5, "head_tokens": 50}
     assert snap["upstreams"]["e1"] == {
-        "ready": True, "drained": False, "inflight": 2, "reserved_tokens": 80,
+        "ready": True, "drained": False, "state": "ready", "detail": "", "inflight": 2, "reserved_tokens": 80,
         "kv_cache_tokens": 100, "max_model_len": 100,
     }
     assert (snap["inflight"], snap["queued"], snap["reserved_tokens"], snap["held"]) == (2, 1, 80, False)
@@ -384,6 +387,105 @@ def test_estimate_counts_every_string():
     assert estimate_tokens(63, 4) == 16
     assert estimate_tokens(0, 4) == 0
     assert estimate_tokens(10, 2.5) == 4
+
+
+# -- the generation routes ------------------------------------------------------------
+USER = [{"role": "user", "content": "hi there"}]
+
+
+@pytest.mark.parametrize(
+    "path, payload, plan",
+    [
+        ("/v1/completions", {"prompt": "a b", "max_tokens": 3},
+         Plan((Prompt(tokenize={"prompt": "a b"}, chars=3),), 3, 1)),
+        ("/v1/completions", {"prompt": [[1, 2], [3]], "n": 2},
+         Plan((Prompt(tokens=2), Prompt(tokens=1)), None, 2)),
+        ("/v1/chat/completions", {"messages": USER, "max_completion_tokens": 4},
+         Plan((Prompt(tokenize={"messages": USER}, chars=12),), 4, 1)),
+        ("/v1/chat/completions", {"messages": USER, "tools": [{"type": "function", "function": {"name": "f"}}]},
+         Plan((Prompt(tokenize={"messages": USER, "tools": [{"type": "function", "function": {"name": "f"}}]},
+                      chars=12 + 9),), None, 1)),
+        ("/v1/chat/completions/batch", {"messages": [USER, USER], "max_tokens": 2},
+         Plan((Prompt(tokenize={"messages": USER}, chars=12),) * 2, 2, 1)),
+        ("/v1/responses", {"input": "hi there", "max_output_tokens": 5},
+         Plan((Prompt(tokenize={"messages": USER}, chars=8),), 5, 1)),
+        ("/v1/responses", {"instructions": "be brief", "input": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi there"}]}]},
+         Plan((Prompt(tokenize={"messages": [{"role": "system", "content": "be brief"}] + USER},
+                      chars=8 + 7 + 4 + 10 + 8),), None, 1)),
+        # an image: no plain text to tokenize, so all of it by estimate; tools always by estimate
+        ("/v1/responses", {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}],
+                           "tools": [{"type": "function", "name": "lookup"}]},
+         Plan((Prompt(chars=4 + 11 + 1, extra_chars=8 + 6),), None, 1)),
+        ("/v1/responses", {"previous_response_id": "resp_1"}, Plan((Prompt(),), None, 1)),
+        ("/v1/messages", {"system": "be brief", "messages": USER, "max_tokens": 7, "tools": [{"name": "t"}]},
+         Plan((Prompt(tokenize={"messages": [{"role": "system", "content": "be brief"}] + USER}, chars=8 + 12,
+                      extra_chars=1),), 7, 1)),
+        ("/v1/messages", {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi there"}]}]},
+         Plan((Prompt(tokenize={"messages": USER}, chars=4 + 4 + 8),), None, 1)),
+        ("/inference/v1/generate", {"token_ids": [5, 6, 7], "sampling_params": {"max_tokens": 9, "n": 2}},
+         Plan((Prompt(tokens=3),), 9, 2)),
+        ("/inference/v1/generate", {"token_ids": [5]}, Plan((Prompt(tokens=1),), None, 1)),
+        ("/generative_scoring", {"query": [1, 2], "items": [[3], [4, 5]], "label_token_ids": [9]},
+         Plan((Prompt(tokens=3), Prompt(tokens=4)), 1, 1)),
+        ("/generative_scoring", {"query": "is it", "items": ["yes", "no"]},
+         Plan((Prompt(chars=8), Prompt(chars=7)), 1, 1)),
+        ("/invocations", {"messages": USER, "max_tokens": 2},
+         Plan((Prompt(tokenize={"messages": USER}, chars=12),), 2, 1)),
+        ("/invocations", {"prompt": "a b"}, Plan((Prompt(tokenize={"prompt": "a b"}, chars=3),), None, 1)),
+        ("/invocations", {"input": "embed me"}, None),
+    ],
+)
+def test_generation_routes_read_their_bodies(path, payload, plan):
+    assert GENERATION_ROUTES[path](payload) == plan
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_generation_readers_take_any_json_object(seed):
+    """Hostile bodies: every reader returns a plan (or None) or raises
+    BadRequest, never anything else."""
+    import random
+
+    rnd = random.Random(seed)
+    keys = ["prompt", "messages", "input", "instructions", "system", "tools", "max_tokens", "max_output_tokens",
+            "max_completion_tokens", "n", "best_of", "token_ids", "sampling_params", "query", "items", "content"]
+
+    def value(depth=0):
+        kinds = [None, True, -1, 0, 3, 2.5, "", "w w", [], {}]
+        if depth < 3:
+            kinds += [[value(depth + 1) for _ in range(rnd.randint(1, 3))],
+                      {rnd.choice(keys + ["role", "text"]): value(depth + 1) for _ in range(rnd.randint(1, 3))}]
+        return rnd.choice(kinds)
+
+    for _ in range(1000):
+        payload = {rnd.choice(keys): value() for _ in range(rnd.randint(0, 5))}
+        for reader in GENERATION_ROUTES.values():
+            try:
+                plan = reader(payload)
+            except BadRequest:
+                continue
+            assert plan is None or all(p.tokens >= 0 and p.chars >= 0 for p in plan.prompts)
+
+
+def test_engine_states_and_why_none_is_ready():
+    adm = books((("e1", 100, 100), ("e2", 100, 100), ("e3", 100, 100)), ready=False)
+    assert adm.engines["e1"].state == "not ready"
+    adm.set_ready("e1", False, "down", "connection refused at http://h:1")
+    adm.set_ready("e2", False, "unhealthy", "/health answered 503 at http://h:2")
+    adm.set_ready("e3", True)
+    adm.drain("e3")
+    assert [e.state for e in adm.engines.values()] == ["down", "unhealthy", "drained"]
+    assert adm.none_ready() == ("no engine is ready: e1 is down (connection refused at http://h:1); "
+                                "e2 is unhealthy (/health answered 503 at http://h:2); e3 is drained")
+    adm.drain("e1")
+    assert adm.engines["e1"].describe() == "e1 is down (connection refused at http://h:1) and drained"
+    adm.undrain("e3")
+    assert adm.none_ready() is None and adm.serving()
+    assert adm.not_ready() == ["e1 is down (connection refused at http://h:1) and drained",
+                               "e2 is unhealthy (/health answered 503 at http://h:2)"]
+    adm.set_ready("e1", True)
+    assert (adm.engines["e1"].health, adm.engines["e1"].detail) == ("ready", "")
+    assert Admission((("e", 1, 1),), max_queue_depth=1).engines["e"].state == "unknown"
 
 
 @pytest.mark.parametrize("seed", range(5))
