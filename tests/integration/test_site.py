@@ -71,6 +71,18 @@ def test_check_mode_with_diff_runs_clean(play):
     assert r.changed() == {}
 
 
+def test_check_mode_shows_a_shape_the_lab_cannot_run(play):
+    """TP 2 x PP 2 on two 2-GPU hosts: --check --diff renders the flags and
+    Ray's GPU count that shape needs on the real hosts, and changes nothing."""
+    head_before = invocation("lab1", "vllm.service")
+    r = play("site.yml", "--check", "--diff",
+             extravars={"vllm_fleet_gpus_per_host": 2, "vllm_server_pipeline_parallel_size": 2})
+    assert r.rc == 0, r.stdout[-3000:]
+    assert "+    --pipeline-parallel-size \\" in r.stdout
+    assert "+    --num-gpus=2 \\" in r.stdout
+    assert invocation("lab1", "vllm.service") == head_before
+
+
 def _step_tags() -> list[str]:
     """Every role's step tags (roles/*/tasks/main.yml) but its preflight.
     gpu_preflight's steps are one check in three parts (probe, clock,
