@@ -87,8 +87,6 @@ def _step_tags() -> list[str]:
     """Every role's step tags (roles/*/tasks/main.yml) but its preflight.
     gpu_preflight's steps are one check in three parts (probe, clock,
     report read each other's results), so it is left out."""
-    import yaml
-
     tags = set()
     for main in (REPO / "roles").glob("*/tasks/main.yml"):
         for task in yaml.safe_load(main.read_text()) or []:
