@@ -24,7 +24,7 @@ ENGINE_KEYS = (
     "vllm_server_backend", "vllm_server_tensor_parallel_size", "vllm_server_pipeline_parallel_size",
     "vllm_fleet_gpus_per_host", "vllm_fleet_context_tokens", "ray_cluster_unit", "ray_cluster_port",
     "vllm_install_venv", "vllm_install_user", "vllm_install_home", "vllm_install_model_source",
-    "vllm_install_model_dir",
+    "vllm_install_model_dir", "vllm_fleet_probe_prompt_tokens", "vllm_fleet_prefill_threshold_floor",
 )
 # Knobs that were replaced: an inventory that still sets one is refused with
 # the new name, so a quantity never has two knobs.
@@ -89,6 +89,17 @@ def _positive(value):
     """A positive integer from an int or a digit string, else None."""
     rank = _rank(value)
     return rank if rank else None
+
+
+def _float(value):
+    """A finite float from a number or a numeric string (not a bool), else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number == number and abs(number) != float("inf") else None
 
 
 def engine_peers(hosts, hostvars, engine):
@@ -186,6 +197,18 @@ def engine_record(hosts, hostvars, engine) -> dict:
     if context is None:
         problems.append(f"engine {engine}: vllm_fleet_context_tokens must be a positive integer,"
                         f" got {values['vllm_fleet_context_tokens']!r}")
+    # The probe's prompt length, at most half the context (a probe must fit beside nothing else).
+    probe_tokens = _positive(values["vllm_fleet_probe_prompt_tokens"])
+    if probe_tokens is not None and context is not None:
+        probe_tokens = min(probe_tokens, context // 2)
+    if probe_tokens is None or probe_tokens < 16:
+        problems.append(f"engine {engine}: vllm_fleet_probe_prompt_tokens must be an integer of at least 16"
+                        f" (capped at half of vllm_fleet_context_tokens, {context}),"
+                        f" got {values['vllm_fleet_probe_prompt_tokens']!r}")
+    floor = _float(values["vllm_fleet_prefill_threshold_floor"])
+    if floor is None or not 1.0 <= floor <= 10.0:
+        problems.append(f"engine {engine}: vllm_fleet_prefill_threshold_floor must be a number from 1.0 to 10,"
+                        f" got {values['vllm_fleet_prefill_threshold_floor']!r}")
     for key in ("vllm_server_port", "ray_cluster_port", "vllm_server_master_port"):
         if not 0 < (_positive(values[key]) or 0) < 65536:
             problems.append(f"engine {engine}: {key} must be a port number (1-65535), got {values[key]!r}")
@@ -218,6 +241,8 @@ def engine_record(hosts, hostvars, engine) -> dict:
         "pipeline_parallel_size": _positive(pp),
         "gpus_per_host": _positive(gpus),
         "world_size": (_positive(tp) or 0) * (_positive(pp) or 0),
+        "probe_prompt_tokens": probe_tokens,
+        "prefill_threshold_floor": floor,
         "problems": problems,
     }
 

@@ -18,10 +18,14 @@ The rule, in short:
 * The baseline (>= 2 groups, recorded right after a verified start) gives the
   reference ``B`` (geometric mean of its groups' statistics) and its recorded
   noise ``r`` (``threshold``). The degraded threshold is
-  ``T = max(FLOOR, r * MARGIN)``; if ``r * T > EFFECT`` a true 1.3x slow-down
-  could look like less than ``T``, and the baseline is "too noisy".
+  ``T = max(floor, r * MARGIN)``, where ``floor`` is FLOOR or the site's own
+  figure from recorded healthy runs (two groups taken back to back cannot see
+  run-to-run noise). If ``r * T > EFFECT`` a true 1.3x slow-down could look
+  like less than ``T``: the baseline is "too noisy", and only ``r * T`` or
+  more is called degraded (``Threshold.detectable``).
 * Two stages (``decide``): 2 probes, healthy when both are below ``T * B``;
-  otherwise 2 more, degraded when the 4-sample statistic is ``>= T * B``.
+  otherwise 2 more, degraded when the 4-sample statistic is ``>= T * B``
+  (``>= r * T * B`` when too noisy; in between is inconclusive).
 """
 
 from __future__ import annotations
@@ -77,13 +81,18 @@ METRICS = {
     "running": "vllm:num_requests_running",
     "waiting": "vllm:num_requests_waiting",
     "preemptions": "vllm:num_preemptions_total",
+    "prompt_tokens": "vllm:prompt_tokens_total",
+    "generation_tokens": "vllm:generation_tokens_total",
 }
+# Waiting requests by reason (0.32): "capacity" means the KV pool cannot take
+# them yet. Read from num_requests_waiting_by_reason{reason="capacity"}.
+WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
 _BY_SAMPLE = {v: k for k, v in METRICS.items()}
 # A fraction per engine: the fullest engine is the one that stalls.
 _MAX_FIELDS = ("kv_cache_usage",)
 # Counters: a decrease between two scrapes means the engine restarted.
 COUNTERS = ("prefill_time_sum", "prefill_time_count", "prefill_tokens_sum",
-            "prefill_tokens_count", "preemptions")
+            "prefill_tokens_count", "preemptions", "prompt_tokens", "generation_tokens")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +111,9 @@ class MetricsSnapshot:
     running: t.Optional[float] = None
     waiting: t.Optional[float] = None
     preemptions: t.Optional[float] = None
+    prompt_tokens: t.Optional[float] = None
+    generation_tokens: t.Optional[float] = None
+    waiting_capacity: t.Optional[float] = None
     engines: t.Tuple[str, ...] = ()
     models: t.Tuple[str, ...] = ()
     notes: t.Tuple[str, ...] = ()
@@ -112,6 +124,12 @@ class MetricsSnapshot:
         if self.running is None or self.waiting is None:
             return None
         return self.running > 0 or self.waiting > 0
+
+    def as_dict(self) -> dict:
+        data = dataclasses.asdict(self)
+        for name in ("engines", "models", "notes"):
+            data[name] = list(data[name])
+        return data
 
 
 def parse_metrics(text: t.Union[str, bytes], engine: t.Optional[str] = None) -> MetricsSnapshot:
@@ -141,12 +159,19 @@ def parse_metrics(text: t.Union[str, bytes], engine: t.Optional[str] = None) -> 
     models: t.List[str] = []
     notes: t.List[str] = []
     vllm_samples = 0
+    capacity: t.List[float] = []
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 if not sample.name.startswith("vllm:"):
                     continue
                 vllm_samples += 1
+                if sample.name == WAITING_BY_REASON:
+                    if sample.labels.get("reason") == "capacity" and (
+                            engine is None or sample.labels.get("engine") == engine):
+                        value = float(sample.value)
+                        capacity.append(value if math.isfinite(value) and value >= 0 else math.nan)
+                    continue
                 field = _BY_SAMPLE.get(sample.name)
                 if field is None:
                     continue
@@ -186,7 +211,11 @@ def parse_metrics(text: t.Union[str, bytes], engine: t.Optional[str] = None) -> 
         else:
             total = max(got) if field in _MAX_FIELDS else math.fsum(got)
             result[field] = total if math.isfinite(total) else None
-    return MetricsSnapshot(engines=tuple(engines), models=tuple(models), notes=tuple(notes), **result)
+    waiting_capacity = None
+    if capacity and not any(math.isnan(v) for v in capacity):
+        waiting_capacity = math.fsum(capacity)
+    return MetricsSnapshot(engines=tuple(engines), models=tuple(models), notes=tuple(notes),
+                           waiting_capacity=waiting_capacity, **result)
 
 
 def _labels(labels: t.Mapping[str, str]) -> str:
@@ -376,6 +405,11 @@ class Threshold:
     too_noisy: bool
     reason: str
 
+    @property
+    def detectable(self) -> float:
+        """The least ratio a noisy baseline calls degraded: the threshold, past the noise's reach."""
+        return self.value * self.noise if self.too_noisy else self.value
+
 
 def threshold(baseline: Baseline, margin: float = MARGIN, floor: float = FLOOR,
               effect: float = EFFECT) -> Threshold:
@@ -396,9 +430,9 @@ def threshold(baseline: Baseline, margin: float = MARGIN, floor: float = FLOOR,
     value = max(floor, noise * margin)
     if noise * value > effect:
         return Threshold(value, noise, ref, True, (
-            "too noisy: the baseline's groups vary by up to %.3fx, so a %.2fx slow-down could not be told "
-            "from noise at threshold %.3fx; record a quieter baseline or restart by policy" % (
-                noise, effect, value)))
+            "too noisy to see a %.2fx slow-down: the baseline's groups vary by up to %.3fx and the threshold "
+            "is %.3fx, so only %.2fx or more is called degraded; record a quieter baseline or restart by "
+            "policy" % (effect, noise, value, noise * value)))
     return Threshold(value, noise, ref, False, "threshold %.3fx from recorded noise %.3fx" % (value, noise))
 
 
@@ -446,8 +480,6 @@ def decide(baseline: t.Optional[Baseline], first_two: t.Sequence[float] = (),
     rest = () if more is None else _check_samples(list(more), "more", size=GROUP_SIZE - 2)
     th = limit if limit is not None else threshold(baseline)
     samples = first + rest
-    if th.too_noisy:
-        return Verdict("inconclusive", statistic(samples) / th.reference, th.value, th.reason, len(samples))
     if not rest:
         slowest = max(first) / th.reference
         if slowest < th.value:
@@ -459,9 +491,16 @@ def decide(baseline: t.Optional[Baseline], first_two: t.Sequence[float] = (),
     ratio = statistic(samples) / th.reference
     spread = max(samples) / min(samples)
     if ratio < th.value:
-        return Verdict("healthy", ratio, th.value, "%.3fx the baseline, below %.3fx" % (ratio, th.value),
-                       len(samples), spread=spread)
-    if spread > SPREAD_MAX:
+        caveat = "; but %s" % th.reason if th.too_noisy else ""
+        return Verdict("healthy", ratio, th.value, "%.3fx the baseline, below %.3fx%s" % (
+            ratio, th.value, caveat), len(samples), spread=spread)
+    if th.too_noisy and ratio < th.detectable:
+        return Verdict("inconclusive", ratio, th.value, "%.3fx the baseline, at or above %.3fx but below %.3fx, "
+                       "the least this baseline can tell from noise (%s)" % (
+                           ratio, th.value, th.detectable, th.reason), len(samples), spread=spread)
+    # Contention only slows a sample: when even the fastest is past the
+    # threshold, a wide spread cannot explain the slow-down away.
+    if spread > SPREAD_MAX and min(samples) / th.reference < th.detectable:
         return Verdict("inconclusive", ratio, th.value,
                        "samples spread %.2fx (max/min), over %.1fx: contention during the probe; probe again"
                        % (spread, SPREAD_MAX), len(samples), spread=spread)
@@ -493,7 +532,8 @@ class ReplayResult:
         return self.false_degraded / self.n if self.n else 0.0
 
 
-def replay(groups: t.Sequence[t.Sequence[float]], baseline_groups: int = MIN_GROUPS) -> ReplayResult:
+def replay(groups: t.Sequence[t.Sequence[float]], baseline_groups: int = MIN_GROUPS,
+           floor: float = FLOOR) -> ReplayResult:
     """Replay every (baseline of ``baseline_groups`` groups, other group as probe) through ``decide``.
 
     All groups are healthy, so every ``degraded`` is false. ``n`` counts
@@ -506,7 +546,7 @@ def replay(groups: t.Sequence[t.Sequence[float]], baseline_groups: int = MIN_GRO
     false = n = inconclusive = 0
     for chosen in itertools.combinations(range(len(clean)), baseline_groups):
         base = Baseline("replay", "replay", 1, "1970-01-01T00:00:00+00:00", tuple(clean[i] for i in chosen))
-        th = threshold(base)
+        th = threshold(base, floor=floor)
         for j in range(len(clean)):
             if j in chosen:
                 continue

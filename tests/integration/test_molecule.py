@@ -25,6 +25,7 @@ ROLES_IN_ORDER = [
     "ray_cluster",
     "vllm_server",
     "vllm_verify",
+    "vllm_diagnose",
     "serving_endpoint",
     "fleet_report",
     "gate_service",

@@ -160,7 +160,8 @@ READS = set(ENGINE_KEYS) | set(RETIRED) | {
 _LAB_ENGINE = {"vllm_fleet_engine": "engine_lab", "vllm_install_model_source": "host:/srv/models/tiny",
                "vllm_fleet_gpus_per_host": 1, "vllm_server_tensor_parallel_size": 2,
                "vllm_fleet_context_tokens": 2048, "vllm_server_served_model_name": "tiny",
-               "vllm_verify_min_sessions": 2}
+               "vllm_verify_min_sessions": 2, "vllm_fleet_probe_prompt_tokens": 1024,
+               "vllm_fleet_prefill_threshold_floor": 1.5}
 LAB = {
     "lab1": dict(_LAB_ENGINE, ansible_host="10.200.0.11", vllm_fleet_rank=0),
     "lab2": dict(_LAB_ENGINE, ansible_host="10.200.0.12", vllm_fleet_rank=1),
@@ -245,6 +246,8 @@ def test_the_lab_engine(hosts):
         "pipeline_parallel_size": D["vllm_server_pipeline_parallel_size"],
         "gpus_per_host": 1,
         "world_size": 2,
+        "probe_prompt_tokens": 1024,
+        "prefill_threshold_floor": 1.5,
         "problems": [],
     }]
 
@@ -311,6 +314,8 @@ SETTINGS = [
     ("vllm_install_venv", "venv", "/opt/vllm-b"),
     ("vllm_install_user", "user", "vllm-b"),
     ("vllm_install_home", "home", "/var/lib/vllm-b"),
+    ("vllm_fleet_probe_prompt_tokens", "probe_prompt_tokens", 2000),
+    ("vllm_fleet_prefill_threshold_floor", "prefill_threshold_floor", 1.4),
 ]
 
 
@@ -372,7 +377,7 @@ def test_every_engine_key_has_a_plain_default(key):
     # only use values it reads from the file as they are.
     assert key in DEFAULTS
     value = DEFAULTS[key]
-    assert isinstance(value, (str, int)) and not isinstance(value, bool), value
+    assert isinstance(value, (str, int, float)) and not isinstance(value, bool), value
     assert not (isinstance(value, str) and ("{{" in value or "{%" in value)), value
 
 
@@ -999,3 +1004,28 @@ def test_gate_upstreams_refuses_a_kv_override_that_is_no_count(override):
     (record,) = engine_records(list(hv), hv)
     with pytest.raises(AnsibleFilterError, match="engine e: the gate needs a positive KV pool"):
         gate_upstreams([(record, {"kv_cache_tokens": 1000})], {"e": override})
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({"vllm_fleet_context_tokens": 30}, "vllm_fleet_probe_prompt_tokens must be an integer of at least 16"),
+    ({"vllm_fleet_probe_prompt_tokens": 8}, "vllm_fleet_probe_prompt_tokens"),
+    ({"vllm_fleet_probe_prompt_tokens": "many"}, "vllm_fleet_probe_prompt_tokens"),
+    ({"vllm_fleet_prefill_threshold_floor": 0.9}, "vllm_fleet_prefill_threshold_floor must be a number"),
+    ({"vllm_fleet_prefill_threshold_floor": "nan"}, "vllm_fleet_prefill_threshold_floor"),
+    ({"vllm_fleet_prefill_threshold_floor": True}, "vllm_fleet_prefill_threshold_floor"),
+])
+def test_record_refuses_bad_probe_settings(changes, match):
+    hv = _lab(lab1=changes, lab2=changes)
+    problems = engine_records(LAB_ENGINE_HOSTS, hv)[0]["problems"]
+    assert any(match in p for p in problems), problems
+
+
+def test_record_carries_probe_settings():
+    record = engine_records(LAB_ENGINE_HOSTS, LAB)[0]
+    assert record["probe_prompt_tokens"] == 1024 and record["prefill_threshold_floor"] == 1.5
+    assert record["problems"] == []
+
+
+def test_probe_prompt_is_capped_at_half_the_context():
+    hv = _lab(lab1={"vllm_fleet_probe_prompt_tokens": 4096}, lab2={"vllm_fleet_probe_prompt_tokens": 4096})
+    assert engine_records(LAB_ENGINE_HOSTS, hv)[0]["probe_prompt_tokens"] == 1024

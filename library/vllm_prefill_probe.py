@@ -1,0 +1,302 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: vllm-fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Time an engine's prefill against its own baseline (logic: module_utils/prefill*.py)."""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: vllm_prefill_probe
+short_description: Tell whether a vLLM engine's prefill got slower than right after its start
+description:
+  - With O(mode=probe), sends at most 4 one-token completions after one discarded warm-up, each with a fresh
+    C(cache_salt) so no block is a prefix-cache hit, on one kept-alive connection, and compares the engine's
+    own prefill time per prompt token (from C(vllm:request_prefill_time_seconds_sum)) with the baseline at
+    O(baseline_path). The verdict is C(healthy), C(degraded) (with the ratio), C(inconclusive) (with the reason,
+    busy, too noisy, no or another baseline, no answer) or C(down).
+  - It sends nothing while requests run or wait (C(vllm:num_requests_running), C(vllm:num_requests_waiting)).
+    Then it reads two C(/metrics) scrapes O(window) seconds apart instead (RV(passive)) and answers
+    C(inconclusive), never C(degraded). The passive reading sends no request and is safe under load.
+  - With O(mode=baseline), records O(groups) groups of 4 samples on a quiet engine and writes them, with the
+    vLLM version, the model, the prompt length and the time, to O(baseline_path). With O(unit), a baseline
+    already recorded since the unit's start is kept, so reruns change nothing.
+  - The rule and its constants (mean of the fastest 2 of 4, a threshold from the baseline's own noise, two
+    stages) are in C(docs/diagnose.md) of this repository.
+  - Needs the Python that runs vLLM (C(prometheus_client)); run it on the engine's head with
+    C(ansible_python_interpreter) set to the vLLM venv's python.
+options:
+  url:
+    description: The engine's base URL, for example C(http://10.0.0.11:8000) (http only; a C(/v1) suffix is dropped).
+    type: str
+    required: true
+  model:
+    description: The served model name the completions ask for.
+    type: str
+    required: true
+  mode:
+    description: C(probe) gives a verdict; C(baseline) records the baseline.
+    type: str
+    choices: [probe, baseline]
+    default: probe
+  prompt_tokens:
+    description: Prompt length of every sample, counted with the engine's C(/tokenize); at least 16.
+    type: int
+    default: 1024
+  baseline_path:
+    description: The baseline file on this host.
+    type: path
+    required: true
+  groups:
+    description: Groups of 4 samples a baseline records (O(mode=baseline)); 2 to 16.
+    type: int
+    default: 2
+  window:
+    description: Seconds between the two C(/metrics) scrapes of the passive reading; 0.5 to 300.
+    type: float
+    default: 5
+  timeout:
+    description: Seconds one completion may take. A completion that takes longer while C(/health) answers 200
+      gives RV(answered=false), the wedged engine's sign.
+    type: float
+    default: 20
+  unit:
+    description: The engine's systemd unit; gives RV(uptime_s), and keeps a baseline recorded since its start.
+    type: str
+  refresh:
+    description: Record a new baseline even when one was recorded since the unit's start.
+    type: bool
+    default: false
+  threshold_floor:
+    description:
+      - The least slow-down ratio ever called C(degraded), whatever the baseline's own noise; 1.0 to 10.
+      - Two baseline groups taken back to back cannot see a site's run-to-run noise. Measure it once with
+        C(bench/prefill_detect.py record) and C(replay) (C(docs/diagnose.md)); the default suits a quiet GPU host.
+    type: float
+    default: 1.12
+  api_key:
+    description: The engine's C(--api-key), sent as a bearer token. Never logged.
+    type: str
+attributes:
+  check_mode:
+    support: full
+    details: O(mode=probe) only reads (it sends completions, which change nothing). O(mode=baseline) sends
+      nothing in check mode and reports whether it would record.
+  diff_mode:
+    support: none
+seealso:
+  - module: vllm_kv_cache_info
+    description: The pool the diagnosis weighs the waiting requests against.
+author:
+  - vllm-fleet developers
+"""
+
+EXAMPLES = r"""
+- name: Record the baseline right after a verified start
+  vllm_prefill_probe:
+    url: http://10.0.0.11:8000
+    model: big-model
+    mode: baseline
+    unit: vllm.service
+    baseline_path: /var/lib/vllm-fleet/prefill-baseline.json
+  vars:
+    ansible_python_interpreter: /opt/vllm/venv/bin/python
+
+- name: Probe
+  vllm_prefill_probe:
+    url: http://10.0.0.11:8000
+    model: big-model
+    unit: vllm.service
+    baseline_path: /var/lib/vllm-fleet/prefill-baseline.json
+  vars:
+    ansible_python_interpreter: /opt/vllm/venv/bin/python
+  register: probe
+"""
+
+RETURN = r"""
+verdict:
+  description: C(healthy), C(degraded), C(inconclusive) or C(down); with O(mode=baseline), C(recorded), C(kept)
+    or C(inconclusive).
+  returned: always
+  type: str
+  sample: healthy
+reason:
+  description: Why, in a sentence.
+  returned: always
+  type: str
+ratio:
+  description: The probe's statistic over the baseline's (1.0 is as fast as after the start), or null.
+  returned: always
+  type: float
+threshold:
+  description: The ratio at and above which the probe is C(degraded), from the baseline's noise, or null.
+  returned: always
+  type: float
+samples:
+  description: Each sample's engine-side prefill seconds, the client's seconds, the prompt tokens the engine
+    counted, and seconds per token. The warm-up is not among them.
+  returned: always
+  type: list
+  elements: dict
+answered:
+  description: Whether the warm-up completion came back; false with RV(health_status=200) is a wedged engine;
+    null when none was sent.
+  returned: always
+  type: bool
+busy:
+  description: Whether requests ran or waited, so no probe was sent (null when the engine is down).
+  returned: always
+  type: bool
+passive:
+  description: The passive reading over O(window) (seconds per computed prompt token, requests, tokens,
+    preemptions in the window, C(progress) whether any token was computed, the ratio to the baseline), or null
+    when the probe ran.
+  returned: always
+  type: dict
+metrics_before:
+  description: The first C(/metrics) scrape's figures (running, waiting, waiting for capacity, KV usage,
+    preemptions, prefill sums), or null when the engine is down.
+  returned: always
+  type: dict
+metrics_after:
+  description: The passive reading's second scrape, or null.
+  returned: always
+  type: dict
+health_status:
+  description: The HTTP status of C(/health), or null when nothing answered.
+  returned: always
+  type: int
+vllm_version:
+  description: What C(/version) answered, or null when the engine is down.
+  returned: always
+  type: str
+prompt_tokens:
+  description: The prompt length the engine counted for the samples (O(prompt_tokens) until a prompt is built).
+  returned: always
+  type: int
+uptime_s:
+  description: Seconds since the unit last entered C(active), or null without O(unit).
+  returned: always
+  type: float
+baseline:
+  description: The baseline in use or recorded (version, model, prompt tokens, time, groups), or null.
+  returned: always
+  type: dict
+"""
+
+import datetime
+import json
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.prefill import (MAX_GROUPS, MIN_GROUPS, PrefillError, baseline_from_json,
+                                          baseline_to_json)
+from ansible.module_utils.prefill_client import EngineClient
+from ansible.module_utils.prefill_probe import probe, record
+
+ARGUMENT_SPEC = dict(
+    url=dict(type="str", required=True),
+    model=dict(type="str", required=True),
+    mode=dict(type="str", choices=["probe", "baseline"], default="probe"),
+    prompt_tokens=dict(type="int", default=1024),
+    baseline_path=dict(type="path", required=True),
+    groups=dict(type="int", default=2),
+    window=dict(type="float", default=5.0),
+    timeout=dict(type="float", default=20.0),
+    unit=dict(type="str"),
+    refresh=dict(type="bool", default=False),
+    threshold_floor=dict(type="float", default=1.12),
+    api_key=dict(type="str", no_log=True),
+)
+
+
+def _check(module):
+    p = module.params
+    if p["prompt_tokens"] < 16:
+        module.fail_json(msg="prompt_tokens must be at least 16, got %d." % p["prompt_tokens"])
+    if not MIN_GROUPS <= p["groups"] <= min(16, MAX_GROUPS):
+        module.fail_json(msg="groups must be between %d and 16, got %d." % (MIN_GROUPS, p["groups"]))
+    if not 0.5 <= p["window"] <= 300:
+        module.fail_json(msg="window must be between 0.5 and 300 seconds, got %g." % p["window"])
+    if not 1.0 <= p["threshold_floor"] <= 10.0:
+        module.fail_json(msg="threshold_floor must be between 1.0 and 10, got %g." % p["threshold_floor"])
+    if not 0 < p["timeout"] <= 3600:
+        module.fail_json(msg="timeout must be between 0 and 3600 seconds, got %g." % p["timeout"])
+
+
+def _started_at(module, unit):
+    """The unit's ActiveEnterTimestamp as epoch seconds, or None when it never started."""
+    rc, out, err = module.run_command(
+        ["systemctl", "show", unit, "--timestamp=unix", "-p", "ActiveEnterTimestamp", "-p", "ActiveState"])
+    if rc != 0:
+        module.fail_json(msg="systemctl show %s failed (rc %d): %s" % (unit, rc, err.strip()))
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    stamp = props.get("ActiveEnterTimestamp", "").lstrip("@")
+    if props.get("ActiveState") != "active" or not stamp.isdigit():
+        return None
+    return float(stamp)
+
+
+def _load(path):
+    """The baseline at path, or (None, why)."""
+    if not os.path.exists(path):
+        return None, "no baseline at %s: it is recorded right after a verified start" % path
+    try:
+        with open(path, "rb") as fh:
+            return baseline_from_json(fh.read(1 << 20)), ""
+    except PrefillError as exc:
+        return None, "baseline %s is unusable: %s" % (path, exc)
+
+
+def _epoch(iso):
+    return datetime.datetime.fromisoformat(iso).timestamp()
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    _check(module)
+    p = module.params
+    started = _started_at(module, p["unit"]) if p["unit"] else None
+    uptime = None if started is None else max(0.0, time.time() - started)
+    baseline, why = _load(p["baseline_path"])
+    common = dict(changed=False, uptime_s=uptime,
+                  baseline=None if baseline is None else json.loads(baseline_to_json(baseline)))
+    client = EngineClient(p["url"], timeout=p["timeout"], api_key=p["api_key"])
+    try:
+        with client:
+            if p["mode"] == "probe":
+                result = probe(client, p["model"], p["prompt_tokens"], baseline, p["window"], p["timeout"],
+                               p["threshold_floor"])
+                if baseline is None and result["verdict"] == "inconclusive" and "no baseline" in result["reason"]:
+                    result["reason"] = why
+                module.exit_json(**dict(common, **result))
+            fresh = (baseline is not None and started is not None and not p["refresh"]
+                     and _epoch(baseline.recorded_at) >= started
+                     and baseline.model == p["model"] and baseline.prompt_tokens == p["prompt_tokens"])
+            if fresh:
+                module.exit_json(**dict(common, verdict="kept", reason=(
+                    "baseline from %s was recorded since the engine's start" % baseline.recorded_at)))
+            if module.check_mode:
+                module.exit_json(**dict(common, changed=True, verdict="recorded",
+                                        reason="check mode: a baseline would be recorded (%s)" % (why or "stale")))
+            new, result = record(client, p["model"], p["prompt_tokens"], p["groups"], p["timeout"],
+                                 p["threshold_floor"])
+            if new is None:
+                module.exit_json(**dict(common, **result))
+            directory = os.path.dirname(p["baseline_path"])
+            if directory:
+                os.makedirs(directory, mode=0o755, exist_ok=True)
+            tmp = p["baseline_path"] + ".tmp"
+            with open(tmp, "w") as fh:
+                fh.write(baseline_to_json(new))
+            os.chmod(tmp, 0o644)
+            module.atomic_move(tmp, p["baseline_path"])
+            module.exit_json(**dict(common, **dict(result, changed=True, verdict="recorded",
+                                                   baseline=json.loads(baseline_to_json(new)))))
+    except PrefillError as exc:
+        module.fail_json(msg=str(exc), **common)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""Filter of the vllm_diagnose role: one engine's verdict from what its head measured.
+
+The logic lives in ``plugins/module_utils/diagnosis.py`` (standard library
+only); filter plugins cannot import the project's module_utils through
+``ansible.module_utils``, so it is loaded by file path.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from ansible.errors import AnsibleFilterError
+
+_PATH = Path(__file__).resolve().parent.parent / "module_utils" / "diagnosis.py"
+_NAME = "vllm_fleet_diagnosis_logic"
+
+
+def _logic():
+    if _NAME not in sys.modules:
+        spec = importlib.util.spec_from_file_location(_NAME, _PATH)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[_NAME] = module
+        spec.loader.exec_module(module)
+    return sys.modules[_NAME]
+
+
+def engine_diagnosis(probe, kv=None, flags=None, context_tokens=None, engine=""):
+    """``vllm_prefill_probe`` + ``vllm_kv_cache_info`` + ``vllm_flags_info`` results -> the verdict dict."""
+    logic = _logic()
+    try:
+        return logic.diagnose(dict(probe or {}), kv, flags, context_tokens, engine)
+    except logic.DiagnosisError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
+class FilterModule:
+    def filters(self):
+        return {"engine_diagnosis": engine_diagnosis}
