@@ -12,6 +12,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 LAB_INVENTORY = REPO / "inventory" / "lab" / "hosts.yml"
+LAB_ENGINE_VARS = REPO / "inventory" / "lab" / "group_vars" / "vllm_engines" / "engine.yml"
 
 
 @dataclass
@@ -66,3 +67,17 @@ def run_playbook(playbook: str, *args: str, extravars: dict | None = None, timeo
 
 def lab_sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run([str(REPO / "lab" / "lab.sh"), *args], check=check, capture_output=True, text=True, timeout=600)
+
+
+def on_host(host: str, cmd: str) -> str:
+    """Run a shell command on a lab host over ssh; return its stdout."""
+    return lab_sh("ssh", host, cmd, check=False).stdout
+
+
+def lab_args(**extra) -> dict:
+    """The lab's own vllm_server_args plus ``extra``: -e replaces the whole dict."""
+    import yaml
+
+    args = dict(yaml.safe_load(LAB_ENGINE_VARS.read_text())["vllm_server_args"])
+    args.update(extra)
+    return {"vllm_server_args": args}

@@ -13,24 +13,9 @@ import pytest
 
 pytestmark = pytest.mark.lab
 
-from labtools import REPO, lab_sh
+from labtools import REPO, lab_args, lab_sh, on_host
 
 REPORT = REPO / "reports" / "site-report.json"
-LAB_ENGINE_VARS = REPO / "inventory" / "lab" / "group_vars" / "vllm_engines" / "engine.yml"
-
-
-def lab_args(**extra) -> dict:
-    """The lab's own vllm_server_args plus ``extra``: -e replaces the whole dict."""
-    args = dict(yaml.safe_load(LAB_ENGINE_VARS.read_text())["vllm_server_args"])
-    args.update(extra)
-    return {"vllm_server_args": args}
-
-
-def on_host(host: str, cmd: str) -> str:
-    """Run a shell command on a lab host over ssh; return its stdout."""
-    return lab_sh("ssh", host, cmd, check=False).stdout
-
-
 def invocation(host: str, unit: str) -> str:
     return on_host(host, f"systemctl show -p InvocationID --value {unit}").strip()
 

@@ -1,0 +1,202 @@
+"""The field story, reproduced: playbooks/diagnose.yml tells a full KV pool
+from a degraded engine, a preempting one and a wedged one.
+
+Runs last in `make test` (after the molecule scenarios): it resizes the lab
+engine's pool to the field's 2.31 sessions and ends with full-prompt
+admission off, and leaves it so; `site.yml` puts the inventory's engine back.
+
+The engine here: the lab's TP2 engine with --num-gpu-blocks-override 37
+(37 blocks x 128 = 4,736 tokens = 2 sessions of 2,048) and 512-token
+prefill chunks, so an admitted prompt grows by chunks as a long one does on
+a GPU. Sessions are the official openai client, as an application would
+send them: 1,900-token prompts and 100-token answers (ignore_eos), each with
+its own cache_salt, three at once.
+"""
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from labtools import REPO, lab_args, lab_sh
+
+BASE_URL = "http://10.200.0.11:8000"
+SMALL_POOL = lab_args(num_gpu_blocks_override=37, max_num_batched_tokens=512)
+RESERVE_OFF = lab_args(num_gpu_blocks_override=37, max_num_batched_tokens=512, scheduler_reserve_full_isl=False)
+SESSION_PROMPT_TOKENS = 1900
+SESSION_MAX_TOKENS = 100
+
+pytestmark = pytest.mark.usefixtures("small_pool")
+
+
+@pytest.fixture(scope="module")
+def small_pool(play):
+    """The lab engine restarted with the field's pool (a whole-engine restart via site.yml's engine play)."""
+    r = play("playbooks/engine.yml", extravars=SMALL_POOL)
+    assert r.rc == 0, "the small-pool engine did not start and verify"
+    return r
+
+
+def diagnose(play, tmp_path: Path, *args: str, extravars: dict | None = None) -> dict:
+    """Run playbooks/diagnose.yml; return the lab engine's verdict from the JSON report."""
+    report = tmp_path / "diagnose.json"
+    r = play("playbooks/diagnose.yml", *args,
+             extravars=dict(extravars or {}, vllm_diagnose_report_path=str(report)))
+    assert r.rc == 0, "diagnose.yml failed"
+    assert r.changed() == {}, "diagnose.yml changed something"
+    (engine,) = json.loads(report.read_text())["engines"]
+    engine["stdout"] = r.stdout
+    return engine
+
+
+def scrape() -> dict:
+    """running, waiting and preemptions from the engine's /metrics."""
+    import urllib.request
+
+    text = urllib.request.urlopen(BASE_URL + "/metrics", timeout=10).read().decode()
+    out = {}
+    for line in text.splitlines():
+        for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:num_preemptions_total"):
+            if line.startswith(name + "{"):
+                out[name.split(":")[1]] = out.get(name.split(":")[1], 0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+class Sessions:
+    """N full-context chat sessions through the openai client, each resent as soon as it finishes."""
+
+    def __init__(self, n: int = 3):
+        import openai
+
+        self.client = openai.OpenAI(base_url=BASE_URL + "/v1", api_key="unused", timeout=120, max_retries=0)
+        self.stop = threading.Event()
+        self.errors: list[str] = []
+        self.done = 0
+        self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True) for i in range(n)]
+        # Counted by the engine's own /tokenize; the same words every session, a cache_salt each.
+        from ansible.module_utils.prefill_client import EngineClient
+
+        with EngineClient(BASE_URL) as engine:
+            self.prompt, counted = engine.build_prompt("tiny", SESSION_PROMPT_TOKENS)
+        assert counted > SESSION_PROMPT_TOKENS - 20, counted
+
+    def run(self, i: int) -> None:
+        while not self.stop.is_set():
+            try:
+                r = self.client.completions.create(
+                    model="tiny", prompt=self.prompt, max_tokens=SESSION_MAX_TOKENS, temperature=0,
+                    extra_body={"ignore_eos": True, "cache_salt": secrets.token_hex(8)})
+                assert r.usage.completion_tokens == SESSION_MAX_TOKENS
+                self.done += 1
+            except Exception as exc:  # every error is a finding; the test asserts none
+                self.errors.append(f"session {i}: {type(exc).__name__}: {exc}")
+                return
+
+    def __enter__(self) -> "Sessions":
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=180)
+
+    def wait_for(self, condition, what: str, timeout: float = 120) -> dict:
+        """Poll /metrics until ``condition(metrics)``; fail after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = scrape()
+            if condition(m):
+                return m
+            assert not self.errors, self.errors
+            time.sleep(0.2)
+        pytest.fail(f"no {what} within {timeout} s: last /metrics {m}, errors {self.errors}")
+
+
+def test_the_report_states_the_fields_pool(play, tmp_path):
+    """1. The seed's pool: 4,736 tokens, 2 full-context sessions; quiet, the engine is healthy."""
+    v = diagnose(play, tmp_path)
+    assert v["evidence"]["kv_cache_tokens"] == 4736
+    assert v["evidence"]["full_context_sessions"] == 2
+    assert "4,736 tokens = 2 full-context session(s) of 2,048 tokens" in v["stdout"]
+    assert v["verdict"] == "healthy", v
+
+
+def test_three_sessions_the_third_waits_kv_bound(play, tmp_path):
+    """2. Three full-context sessions: two run, the third waits, nothing is preempted or lost."""
+    before = scrape()
+    with Sessions(3) as s:
+        s.wait_for(lambda m: m.get("num_requests_running") == 2 and m.get("num_requests_waiting", 0) >= 1,
+                   "2 running and 1 waiting")
+        v = diagnose(play, tmp_path)
+    after = scrape()
+    assert s.errors == [], s.errors
+    assert s.done > 0
+    assert after["num_preemptions_total"] == before["num_preemptions_total"]
+    assert v["verdict"] == "kv-bound", v
+    assert "4,736 tokens hold 2 full-context session(s)" in v["summary"]
+    assert v["evidence"]["preemptions_in_window"] == 0
+
+
+def test_a_wedged_engine_reads_wedged(play, tmp_path):
+    """5. /health answers while nothing generates."""
+    lab_sh("fault", "wedge", "lab1")
+    try:
+        v = diagnose(play, tmp_path, extravars={"vllm_diagnose_timeout_s": 5})
+    finally:
+        lab_sh("fault", "unwedge", "lab1")
+    assert v["verdict"] == "wedged", v
+    assert v["evidence"]["health_status"] == 200
+
+
+def test_slow_prefill_reads_degraded_and_a_restart_cures_it(play, tmp_path):
+    """4. The slow-down: degraded with the ratio and uptime; after a whole-engine restart, healthy."""
+    for host in ("lab1", "lab2"):
+        lab_sh("fault", "slow-prefill", host)
+    try:
+        v = diagnose(play, tmp_path)
+    finally:
+        for host in ("lab1", "lab2"):
+            lab_sh("fault", "slow-prefill-off", host, check=False)
+    assert v["verdict"] == "prefill-degraded", v
+    assert v["evidence"]["ratio"] >= v["evidence"]["threshold"]
+    assert "of uptime" in v["summary"] and "a restart cures this" in v["advice"][0]
+    # The knob is a cgroup quota that only new processes escape: a restart cures it, as in the field.
+    for host in ("lab1", "lab2"):
+        lab_sh("fault", "slow-prefill", host)
+    try:
+        r = play("playbooks/engine.yml", extravars=dict(SMALL_POOL, vllm_server_restart_needed=True))
+        assert r.rc == 0, "the whole-engine restart failed"
+    finally:
+        for host in ("lab1", "lab2"):
+            lab_sh("fault", "slow-prefill-off", host, check=False)
+    v = diagnose(play, tmp_path)
+    assert v["verdict"] == "healthy", v
+
+
+def test_reserve_off_is_refused_and_reads_preempting(play, tmp_path):
+    """3. Full-prompt admission off: the flags check refuses it, and under three sessions the
+    engine preempts; the diagnosis names the flag."""
+    r = play("playbooks/engine.yml", extravars=RESERVE_OFF)
+    assert r.rc != 0, "the flags check accepted --no-scheduler-reserve-full-isl"
+    assert "scheduler_reserve_full_isl: expected true, running false" in r.stdout
+    before = scrape()
+    with Sessions(3) as s:
+        s.wait_for(lambda m: m.get("num_preemptions_total", 0) > before.get("num_preemptions_total", 0),
+                   "a preemption")
+        v = diagnose(play, tmp_path)
+    assert s.errors == [], s.errors
+    assert v["verdict"] == "preempting", v
+    assert "--no-scheduler-reserve-full-isl" in v["advice"][0]
+
+
+def test_check_mode_changes_nothing(play, tmp_path):
+    report = tmp_path / "check.json"
+    r = play("playbooks/diagnose.yml", "--check", extravars={"vllm_diagnose_report_path": str(report)})
+    assert r.rc == 0 and r.changed() == {}
+    assert not report.exists(), "check mode wrote the report"
