@@ -75,10 +75,12 @@ def cmd_replay(args: argparse.Namespace) -> None:
     groups = json.loads(Path(args.file).read_text())["groups"]
     print(f"{len(groups)} healthy groups; 95% bound on the FP rate with 0 false calls in them: "
           f"{prefill.false_positive_bound(len(groups)):.2%}")
-    for floor in sorted({args.floor, 1.12, 1.2, 1.3, 1.4, 1.5, 1.6, 1.8}):
-        r = prefill.replay(groups, floor=floor)
-        print(f"floor {floor:4.2f}: {r.false_degraded:5d} false degraded in {r.n} pairs ({r.rate:.2%}), "
-              f"{r.inconclusive} inconclusive")
+    for floor in sorted({args.floor, *args.floors}):
+        for adjacent in (True, False) if args.all_pairs else (True,):
+            r = prefill.replay(groups, floor=floor, adjacent=adjacent)
+            print(f"floor {floor:4.2f}, {'adjacent' if adjacent else 'any two'} groups as the baseline: "
+                  f"{r.false_degraded:6d} false degraded in {r.n} pairs ({r.rate:.2%}), "
+                  f"{r.inconclusive} inconclusive", flush=True)
 
 
 def knob(quota: int | None) -> None:
@@ -127,6 +129,9 @@ def main() -> None:
     p = sub.add_parser("replay")
     p.add_argument("file")
     p.add_argument("--floor", type=float, default=prefill.FLOOR)
+    p.add_argument("--floors", type=float, nargs="*", default=[1.12, 1.2, 1.3, 1.4, 1.5, 1.6, 1.8])
+    p.add_argument("--all-pairs", action="store_true",
+                   help="also any two groups as the baseline (every combination: slow, minutes for 150 runs)")
     d = sub.add_parser("detect")
     d.add_argument("--quota", type=int, required=True, help="slow-prefill CPU quota, percent of one CPU")
     d.add_argument("--runs", type=int, default=30)

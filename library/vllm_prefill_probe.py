@@ -115,8 +115,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 verdict:
-  description: C(healthy), C(degraded), C(inconclusive) or C(down); with O(mode=baseline), C(recorded), C(kept)
-    or C(inconclusive).
+  description: C(healthy), C(degraded), C(inconclusive) or C(down); with O(mode=baseline), C(recorded), C(kept),
+    C(inconclusive) or C(down).
   returned: always
   type: str
   sample: healthy
@@ -129,15 +129,45 @@ ratio:
   returned: always
   type: float
 threshold:
-  description: The ratio at and above which the probe is C(degraded), from the baseline's noise, or null.
+  description: The ratio at and above which the probe is C(degraded), from the baseline's noise and
+    O(threshold_floor). Also given with the passive reading of a busy engine, for the diagnosis to weigh
+    RV(passive) against; null without a baseline that applies.
   returned: always
   type: float
+noise:
+  description: The baseline's recorded noise, how far its own groups vary (1.0 is not at all); RV(threshold) is at
+    least this times 1.05.
+  returned: when the samples were compared with the baseline (O(mode=probe)), and when O(mode=baseline) recorded one
+  type: float
+reference:
+  description: The baseline's seconds of engine prefill per prompt token (the geometric mean of its groups'
+    statistics), which RV(ratio) divides by.
+  returned: when the samples were compared with the baseline (O(mode=probe)), and when O(mode=baseline) recorded one
+  type: float
+too_noisy:
+  description: Whether the recorded baseline varies too much to see a 1.3x slow-down; RV(reason) then says from
+    which ratio probes against it call C(degraded).
+  returned: when O(mode=baseline) recorded a baseline
+  type: bool
 samples:
   description: Each sample's engine-side prefill seconds, the client's seconds, the prompt tokens the engine
     counted, and seconds per token. The warm-up is not among them.
   returned: always
   type: list
   elements: dict
+  contains:
+    server_seconds:
+      description: The change in C(vllm:request_prefill_time_seconds_sum) across the sample.
+      type: float
+    client_seconds:
+      description: The client's time from sending the completion to its answer.
+      type: float
+    prompt_tokens:
+      description: The prompt tokens the completion's usage counted.
+      type: int
+    seconds_per_token:
+      description: RV(samples[].server_seconds) over RV(samples[].prompt_tokens).
+      type: float
 answered:
   description: Whether the warm-up completion came back; false with RV(health_status=200) is a wedged engine;
     null when none was sent.
@@ -262,9 +292,9 @@ def main():
     baseline, why = _load(p["baseline_path"])
     common = dict(changed=False, uptime_s=uptime,
                   baseline=None if baseline is None else json.loads(baseline_to_json(baseline)))
-    client = EngineClient(p["url"], timeout=p["timeout"], api_key=p["api_key"])
     try:
-        with client:
+        # Inside the try: a bad url is a PrefillError too.
+        with EngineClient(p["url"], timeout=p["timeout"], api_key=p["api_key"]) as client:
             if p["mode"] == "probe":
                 result = probe(client, p["model"], p["prompt_tokens"], baseline, p["window"], p["timeout"],
                                p["threshold_floor"])
@@ -290,8 +320,11 @@ def main():
             tmp = p["baseline_path"] + ".tmp"
             with open(tmp, "w") as fh:
                 fh.write(baseline_to_json(new))
-            os.chmod(tmp, 0o644)
+            existed = os.path.exists(p["baseline_path"])
             module.atomic_move(tmp, p["baseline_path"])
+            if not existed:
+                # A new file gets 0644 whatever the umask; an existing one keeps its mode.
+                os.chmod(p["baseline_path"], 0o644)
             module.exit_json(**dict(common, **dict(result, changed=True, verdict="recorded",
                                                    baseline=json.loads(baseline_to_json(new)))))
     except PrefillError as exc:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
@@ -29,7 +30,9 @@ def engine_diagnosis(probe, kv=None, flags=None, context_tokens=None, engine="")
     """``vllm_prefill_probe`` + ``vllm_kv_cache_info`` + ``vllm_flags_info`` results -> the verdict dict."""
     logic = _logic()
     try:
-        return logic.diagnose(dict(probe or {}), kv, flags, context_tokens, engine)
+        # Anything but a mapping goes to diagnose as it is, which names what it needs.
+        return logic.diagnose(dict(probe) if isinstance(probe, Mapping) else probe, kv, flags, context_tokens,
+                              engine)
     except logic.DiagnosisError as exc:
         raise AnsibleFilterError(str(exc)) from None
 

@@ -405,10 +405,18 @@ class Threshold:
     too_noisy: bool
     reason: str
 
+    # Whether the value is the floor (a site figure calibrated on recorded
+    # runs, already past their noise) rather than this baseline's own noise.
+    from_floor: bool = False
+
     @property
     def detectable(self) -> float:
-        """The least ratio a noisy baseline calls degraded: the threshold, past the noise's reach."""
-        return self.value * self.noise if self.too_noisy else self.value
+        """The least ratio called degraded: the threshold, and past a noisy baseline's reach.
+
+        A calibrated floor already covers the site's noise; a threshold taken
+        from a noisy baseline's own spread does not, so it is stretched by it.
+        """
+        return self.value * self.noise if self.too_noisy and not self.from_floor else self.value
 
 
 def threshold(baseline: Baseline, margin: float = MARGIN, floor: float = FLOOR,
@@ -428,12 +436,14 @@ def threshold(baseline: Baseline, margin: float = MARGIN, floor: float = FLOOR,
     fast = max(ref / statistic(g) for g in baseline.groups)
     noise = max(slow, fast, 1.0)
     value = max(floor, noise * margin)
+    from_floor = floor >= noise * margin
     if noise * value > effect:
         return Threshold(value, noise, ref, True, (
             "too noisy to see a %.2fx slow-down: the baseline's groups vary by up to %.3fx and the threshold "
             "is %.3fx, so only %.2fx or more is called degraded; record a quieter baseline or restart by "
-            "policy" % (effect, noise, value, noise * value)))
-    return Threshold(value, noise, ref, False, "threshold %.3fx from recorded noise %.3fx" % (value, noise))
+            "policy" % (effect, noise, value, value if from_floor else noise * value)), from_floor)
+    return Threshold(value, noise, ref, False, "threshold %.3fx from recorded noise %.3fx" % (value, noise),
+                     from_floor)
 
 
 # --- decision ----------------------------------------------------------------
@@ -533,8 +543,11 @@ class ReplayResult:
 
 
 def replay(groups: t.Sequence[t.Sequence[float]], baseline_groups: int = MIN_GROUPS,
-           floor: float = FLOOR) -> ReplayResult:
+           floor: float = FLOOR, adjacent: bool = False) -> ReplayResult:
     """Replay every (baseline of ``baseline_groups`` groups, other group as probe) through ``decide``.
+
+    ``adjacent`` takes only baselines of consecutive groups (recorded one
+    after the other, as a real baseline is), which is also much faster.
 
     All groups are healthy, so every ``degraded`` is false. ``n`` counts
     pairs, which are not independent: bound the FP rate with the number of
@@ -544,7 +557,13 @@ def replay(groups: t.Sequence[t.Sequence[float]], baseline_groups: int = MIN_GRO
     if len(clean) <= baseline_groups:
         raise PrefillError("replay needs more than %d groups, got %d" % (baseline_groups, len(clean)))
     false = n = inconclusive = 0
-    for chosen in itertools.combinations(range(len(clean)), baseline_groups):
+    if adjacent:
+        # A real baseline's groups are recorded back to back: runs i, i+1, ...
+        choices: t.Iterable[t.Tuple[int, ...]] = (
+            tuple(range(i, i + baseline_groups)) for i in range(len(clean) - baseline_groups + 1))
+    else:
+        choices = itertools.combinations(range(len(clean)), baseline_groups)
+    for chosen in choices:
         base = Baseline("replay", "replay", 1, "1970-01-01T00:00:00+00:00", tuple(clean[i] for i in chosen))
         th = threshold(base, floor=floor)
         for j in range(len(clean)):

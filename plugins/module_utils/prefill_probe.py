@@ -33,7 +33,7 @@ def _now() -> str:
 
 
 def _passive(client: EngineClient, first: MetricsSnapshot, window: float,
-             baseline: t.Optional[Baseline]) -> dict:
+             baseline: t.Optional[Baseline], floor: float = FLOOR) -> dict:
     time.sleep(window)
     second = client.metrics()
     reading = passive_window(first, second)
@@ -48,9 +48,14 @@ def _passive(client: EngineClient, first: MetricsSnapshot, window: float,
         "ratio": None,
         "progress": _progress(first, second),
     }
-    if baseline is not None and reading.seconds_per_token is not None:
-        out["ratio"] = reading.seconds_per_token / threshold(baseline).reference
-    return {"passive": out, "metrics_after": second.as_dict()}
+    done = {"passive": out, "metrics_after": second.as_dict()}
+    if baseline is not None:
+        limit = threshold(baseline, floor=floor)
+        # The diagnosis weighs the passive ratio against this threshold.
+        done["threshold"] = limit.value
+        if reading.seconds_per_token is not None:
+            out["ratio"] = reading.seconds_per_token / limit.reference
+    return done
 
 
 def _progress(first: MetricsSnapshot, second: MetricsSnapshot) -> t.Optional[bool]:
@@ -106,7 +111,7 @@ def probe(client: EngineClient, model: str, prompt_tokens: int, baseline: t.Opti
             result.update(_passive(client, first, window, None))
             return dict(result, verdict="inconclusive", reason=why)
     if result["busy"]:
-        result.update(_passive(client, first, window, baseline))
+        result.update(_passive(client, first, window, baseline, floor))
         verdict = decide(baseline, busy=True)
         return dict(result, verdict=verdict.verdict, reason=verdict.reason)
     prompt, counted = client.build_prompt(model, prompt_tokens)
@@ -118,8 +123,8 @@ def probe(client: EngineClient, model: str, prompt_tokens: int, baseline: t.Opti
             "/health answers 200 but a one-token completion got no answer in %g s: the engine is wedged"
             % timeout))
     except PrefillError as exc:
-        return dict(result, verdict="inconclusive", answered=True, busy=True,
-                    reason="warm-up: %s" % exc)
+        # busy stays as scraped: a refused or failed completion (401, 500) is not load.
+        return dict(result, verdict="inconclusive", answered=True, reason="warm-up: %s" % exc)
     result["answered"] = True
     if baseline is None:
         verdict = decide(None)
@@ -139,7 +144,7 @@ def probe(client: EngineClient, model: str, prompt_tokens: int, baseline: t.Opti
         return dict(result, verdict="inconclusive", answered=False, samples=[s.as_dict() for s in samples],
                     reason="a probe got no answer while /health answers 200: %s" % exc)
     except _Busy as exc:
-        result.update(_passive(client, exc.snapshot, window, baseline))
+        result.update(_passive(client, exc.snapshot, window, baseline, floor))
         return dict(result, verdict="inconclusive", busy=True, samples=[s.as_dict() for s in samples],
                     reason="busy: another request ran during the probe; the passive reading stands in")
     return dict(result, verdict=verdict.verdict, reason=verdict.reason, ratio=verdict.ratio,

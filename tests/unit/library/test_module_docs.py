@@ -267,12 +267,27 @@ def _vllm_kv_cache_info(run_module, tmp_path, monkeypatch):
     return run_module(t.module, {"path": str(t.CI_RECIPE), "context_tokens": 1024})
 
 
+def _vllm_prefill_probe(run_module, tmp_path, monkeypatch):
+    import test_vllm_prefill_probe as t
+
+    # A probe at 3x a baseline recorded at 1x, with the unit's uptime: every key has a value but the
+    # passive reading's (passive, metrics_after), which a quiet engine does not take, and too_noisy,
+    # which only mode=baseline returns.
+    t.Systemd(tmp_path, monkeypatch)
+    path = tmp_path / "baseline.json"
+    t.write_baseline(path)
+    with t.FakeVllm(trim=True) as fake:
+        fake.scale = 3.0
+        return run_module(t.module, t.args(fake, path, unit=t.UNIT))
+
+
 RUNS = {
     "gpu_preflight_info": _gpu_preflight_info,
     "ray_cluster_info": _ray_cluster_info,
     "vllm_flags_info": _vllm_flags_info,
     "vllm_health_info": _vllm_health_info,
     "vllm_kv_cache_info": _vllm_kv_cache_info,
+    "vllm_prefill_probe": _vllm_prefill_probe,
 }
 
 

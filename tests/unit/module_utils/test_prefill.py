@@ -7,6 +7,8 @@ tested against hand-computed values and seeded synthetic healthy groups.
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import random
 from pathlib import Path
@@ -214,6 +216,90 @@ def test_passive_window_missing_metric():
     assert r.seconds_per_token is None and "missing" in r.reason
 
 
+# ---- the probe's figures: tokens, waiting for capacity, as_dict ----------------
+# The real captures of tests/fixtures/prefill (README.md there): a quiet engine,
+# and the same engine right after one 12-token, 1-token-answer completion.
+
+PREFILL = FIXTURES / "prefill"
+IDLE = text(PREFILL / "metrics-idle.txt")
+CAPACITY = 'vllm:num_requests_waiting_by_reason{engine="0",model_name="tiny",reason="capacity"} 0.0\n'
+DEFERRED = 'vllm:num_requests_waiting_by_reason{engine="0",model_name="tiny",reason="deferred"} 0.0\n'
+
+
+@pytest.mark.parametrize("name, prompt, generation, count, time_sum", [
+    ("metrics-idle.txt", 636762.0, 546.0, 539.0, 46.106634349009255),
+    ("metrics-after-one.txt", 636774.0, 547.0, 540.0, 46.14546577500914),
+])
+def test_parse_metrics_prefill_captures(name, prompt, generation, count, time_sum):
+    s = snap(PREFILL / name)
+    assert (s.prompt_tokens, s.generation_tokens, s.waiting_capacity) == (prompt, generation, 0.0)
+    assert (s.prefill_time_count, s.prefill_time_sum, s.prefill_tokens_sum) == (count, time_sum, prompt)
+    assert (s.engines, s.models, s.notes, s.busy) == (("0",), ("tiny",), (), False)
+
+
+def test_one_completion_between_the_captures():
+    r = p.passive_window(snap(PREFILL / "metrics-idle.txt"), snap(PREFILL / "metrics-after-one.txt"))
+    assert (r.requests, r.tokens, r.preemptions) == (1, 12.0, 0.0)
+    assert r.seconds == pytest.approx(46.14546577500914 - 46.106634349009255)
+
+
+@pytest.mark.parametrize("capacity, deferred, want", [
+    ("0.0", "0.0", 0.0),
+    ("3.0", "0.0", 3.0),
+    ("0.0", "5.0", 0.0),        # deferred (structured output, LoRA) is not the pool
+    ("2.0", "5.0", 2.0),
+    ("NaN", "0.0", None),
+    ("-1.0", "0.0", None),
+    ("+Inf", "0.0", None),
+])
+def test_waiting_capacity(capacity, deferred, want):
+    body = IDLE.replace(CAPACITY, CAPACITY.replace("0.0", capacity)).replace(
+        DEFERRED, DEFERRED.replace("0.0", deferred))
+    assert p.parse_metrics(body).waiting_capacity == want
+
+
+def test_waiting_capacity_sums_engines_and_filters_one():
+    extra = CAPACITY.replace('engine="0"', 'engine="1"').replace("0.0", "4.0")
+    body = IDLE.replace(CAPACITY, CAPACITY.replace("0.0", "1.0") + extra)
+    assert p.parse_metrics(body).waiting_capacity == 5.0
+    assert p.parse_metrics(body, engine="1").waiting_capacity == 4.0
+    assert p.parse_metrics(body, engine="0").waiting_capacity == 1.0
+
+
+def test_waiting_capacity_missing_is_none():
+    # Before waiting_by_reason existed: None, and the other figures still read.
+    body = "".join(line for line in IDLE.splitlines(True) if "waiting_by_reason" not in line)
+    s = p.parse_metrics(body)
+    assert s.waiting_capacity is None
+    assert s.waiting == 0.0 and s.busy is False
+
+
+def test_tokens_going_backwards_is_a_restart():
+    after = snap(PREFILL / "metrics-idle.txt")
+    before = p.MetricsSnapshot(**dict(after.as_dict(), prompt_tokens=after.prompt_tokens + 1,
+                                      engines=after.engines, models=after.models, notes=after.notes))
+    r = p.passive_window(before, after)
+    assert r.seconds_per_token is None and "vllm:prompt_tokens_total went backwards" in r.reason
+
+
+def test_snapshot_as_dict():
+    s = snap(PREFILL / "metrics-idle.txt")
+    data = s.as_dict()
+    assert list(data) == [f.name for f in dataclasses.fields(p.MetricsSnapshot)]
+    assert (data["engines"], data["models"], data["notes"]) == (["0"], ["tiny"], [])
+    assert (data["prompt_tokens"], data["generation_tokens"], data["waiting_capacity"]) == (636762.0, 546.0, 0.0)
+    assert json.loads(json.dumps(data)) == data
+    assert "busy" not in data
+    back = dict(data, engines=tuple(data["engines"]), models=tuple(data["models"]), notes=tuple(data["notes"]))
+    assert p.MetricsSnapshot(**back) == s
+
+
+def test_empty_snapshot_as_dict():
+    data = p.MetricsSnapshot().as_dict()
+    assert all(data[f] is None for f in p.METRICS) and data["waiting_capacity"] is None
+    assert (data["engines"], data["models"], data["notes"]) == ([], [], [])
+
+
 # ---- Baseline -----------------------------------------------------------------
 
 GROUPS = ((0.040, 0.041, 0.043, 0.050), (0.041, 0.040, 0.042, 0.060))
@@ -397,6 +483,44 @@ def test_decide_too_noisy_healthy_says_so():
     x = th.reference
     v = p.decide(NOISY, (x, x * th.value * 1.01), (x, x))
     assert v.verdict == "healthy" and "too noisy" in v.reason
+
+
+@pytest.mark.parametrize("too_noisy, detectable", [(False, 1.2), (True, 1.2 * 1.1)])
+def test_threshold_detectable(too_noisy, detectable):
+    assert p.Threshold(1.2, 1.1, 0.04, too_noisy, "").detectable == pytest.approx(detectable)
+
+
+def test_threshold_detectable_quiet_is_the_threshold():
+    th = p.threshold(QUIET)
+    assert not th.too_noisy and th.detectable == th.value
+
+
+@pytest.mark.parametrize("fastest, spreads, verdict", [
+    # Spread over SPREAD_MAX, but even the fastest sample is at or past what the noisy
+    # baseline can tell: contention cannot explain the slow-down away.
+    (1.0001, (1.0, 1.0, 2.5, 2.5), "degraded"),
+    (1.5, (1.0, 1.2, 3.0, 3.0), "degraded"),
+    # The fastest below it: the spread blocks the call.
+    (0.99, (1.0, 1.2, 2.5, 2.5), "inconclusive"),
+])
+def test_decide_spread_does_not_block_when_the_fastest_is_detectable(fastest, spreads, verdict):
+    th = p.threshold(NOISY)
+    assert th.too_noisy
+    samples = [th.reference * th.detectable * fastest * k for k in spreads]
+    assert max(samples) / min(samples) > p.SPREAD_MAX
+    v = p.decide(NOISY, samples[:2], samples[2:])
+    assert v.verdict == verdict
+    assert v.spread == pytest.approx(max(samples) / min(samples))
+    if verdict == "inconclusive":
+        assert "spread" in v.reason
+
+
+def test_decide_spread_quiet_baseline_at_the_threshold():
+    th = p.threshold(QUIET)
+    x = th.reference * th.value * 1.0001
+    assert p.decide(QUIET, (x, x), (x * 2.5, x * 2.5)).verdict == "degraded"
+    y = th.reference * th.value * 0.98
+    assert p.decide(QUIET, (y, x * 1.1), (x * 2.5, x * 2.5)).verdict == "inconclusive"
 
 
 def test_site_floor_raises_the_threshold():
