@@ -1,4 +1,4 @@
-"""Flag tables shared by the tests of the vLLM flag module_utils."""
+"""Fixtures shared by the module_utils tests: the vLLM flag tables, and the prefill probe's client."""
 from __future__ import annotations
 
 import pytest
@@ -26,3 +26,21 @@ def table_018(help_all):
     for option in ("--scheduler-reserve-full-isl", "--watermark", "--watermark-config"):
         text = drop_flag(text, option)
     return parse_help(text)
+
+
+# --- the prefill probe's tests (a fake vLLM: tests/prefill_fake.py; each test file gives ``fake``) ---
+
+@pytest.fixture
+def client(fake):
+    from ansible.module_utils import prefill_client
+
+    with prefill_client.EngineClient(fake.url, timeout=2.0) as c:
+        yield c
+
+
+@pytest.fixture
+def fast_settle(monkeypatch):
+    """A completion that never shows in /metrics is given up on after 50 ms, not 2 s."""
+    from ansible.module_utils import prefill_client
+
+    monkeypatch.setattr(prefill_client, "METRICS_SETTLE_S", 0.05)

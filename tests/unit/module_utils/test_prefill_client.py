@@ -24,18 +24,6 @@ def fake():
         yield server
 
 
-@pytest.fixture
-def client(fake):
-    with pc.EngineClient(fake.url, timeout=2.0) as c:
-        yield c
-
-
-@pytest.fixture
-def fast_settle(monkeypatch):
-    """A completion that never shows in /metrics is given up on after 50 ms, not 2 s."""
-    monkeypatch.setattr(pc, "METRICS_SETTLE_S", 0.05)
-
-
 # --- the address ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("url", ["https://10.0.0.11:8000", "10.0.0.11:8000", "http://", "ftp://10.0.0.11"])

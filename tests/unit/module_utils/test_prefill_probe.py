@@ -49,17 +49,6 @@ def full():
         yield server, c
 
 
-@pytest.fixture
-def client(fake):
-    with pc.EngineClient(fake.url, timeout=2.0) as c:
-        yield c
-
-
-@pytest.fixture
-def fast_settle(monkeypatch):
-    monkeypatch.setattr(pc, "METRICS_SETTLE_S", 0.05)
-
-
 def run(client, base=None, **kw):
     return probe(client, MODEL, TOKENS, base if base is not None else baseline(), **dict({"window": WINDOW}, **kw))
 
