@@ -2,25 +2,14 @@
 every host's registered probe, and the per-host report and summary."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
-from ansible.module_utils import _internal as _mu_internal
+from filter_plugins import load_filters
 
-# Importing the controller's ansible.errors (as filter plugins do) marks the
-# whole test process as the controller, after which modules run in-process send
-# their warnings to the display instead of their result. Keep the flag as it was.
-_was_controller = _mu_internal.is_controller
+# Loaded before ansible.errors is imported here: load_filters keeps the controller flag as it was.
+FILTERS = load_filters("gpu_preflight")
 from ansible.errors import AnsibleFilterError  # noqa: E402
-
-PLUGIN = Path(__file__).resolve().parents[3] / "plugins" / "filter" / "gpu_preflight.py"
-_spec = importlib.util.spec_from_file_location("gpu_preflight_filter_under_test", PLUGIN)
-plugin = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(plugin)
-_mu_internal.is_controller = _was_controller
-FILTERS = plugin.FilterModule().filters()
 
 PEERS = [
     {"name": "spark1", "rank": 0, "address": "192.168.177.11"},

@@ -9,25 +9,17 @@ tests/fixtures/prefill/metrics-idle.txt, the KV pool the field's (the lab's
 """
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-from ansible.module_utils import _internal as _mu_internal
+from filter_plugins import load_filters
 from ansible.module_utils import diagnosis as d
 from ansible.module_utils.prefill import parse_metrics
 
-# Importing ansible.errors marks the process as the controller (see test_gpu_preflight_filters.py).
-_was_controller = _mu_internal.is_controller
+# Loaded before ansible.errors is imported here: load_filters keeps the controller flag as it was.
+FILTERS = load_filters("diagnosis")
 from ansible.errors import AnsibleFilterError  # noqa: E402
-
-PLUGIN = Path(__file__).resolve().parents[3] / "plugins" / "filter" / "diagnosis.py"
-_spec = importlib.util.spec_from_file_location("diagnosis_filter_under_test", PLUGIN)
-plugin = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(plugin)
-_mu_internal.is_controller = _was_controller
-FILTERS = plugin.FilterModule().filters()
 
 IDLE = parse_metrics((Path(__file__).resolve().parents[2] / "fixtures" / "prefill" / "metrics-idle.txt")
                      .read_text()).as_dict()
