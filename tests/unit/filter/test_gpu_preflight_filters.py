@@ -2,7 +2,6 @@
 every host's registered probe, and the per-host report and summary."""
 from __future__ import annotations
 
-
 import pytest
 
 from filter_plugins import load_filters
