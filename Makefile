@@ -62,9 +62,10 @@ test: lint syntax unit lab-e2e ## Everything CI runs: lint, syntax, unit tests, 
 # integration test, and teardown even when a test fails. The files run in a
 # day's order: the hosts, then site.yml from bare hosts, then the serving modes,
 # then every role's molecule scenario on the hosts those left converged, then
-# the diagnosis, which leaves the engine with the field's small pool.
+# the rolling restarts under load, then the diagnosis, which leaves the engine
+# with the field's small pool.
 LAB_TESTS := tests/integration/test_lab_hosts.py tests/integration/test_site.py tests/integration/test_serving_modes.py \
-             tests/integration/test_molecule.py tests/integration/test_diagnose.py
+             tests/integration/test_molecule.py tests/integration/test_restart.py tests/integration/test_diagnose.py
 lab-e2e: $(STAMP) lab-deps ## The lab end to end: fresh hosts, every integration test and molecule scenario, teardown
 	@echo ">> lab end to end (tests/integration): fresh hosts, then site.yml and friends"
 	@$(LAB_SH) down >/dev/null

@@ -97,6 +97,13 @@ dead:
     - Also true when the module fails.
   returned: always
   type: bool
+uptime_s:
+  description:
+    - Seconds since the unit last became active, or null without O(unit) or when it is not active.
+    - Read at the first RV(ready) answer, it is how long the server took to boot.
+  returned: always
+  type: float
+  sample: 27.4
 journal_tail:
   description:
     - The last O(journal_lines) lines the unit's current run logged, when it is dead.
@@ -117,11 +124,12 @@ root_cause:
 """
 
 import http.client
+import time
 import urllib.error
 import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.systemd import parse_show
+from ansible.module_utils.systemd import active_since, parse_show
 from ansible.module_utils.vllm_health import (
     HealthArgumentError,
     JournalEvidence,
@@ -162,8 +170,8 @@ def unit_state(module, unit: str, fail):
     systemctl = module.get_bin_path("systemctl")
     if not systemctl:
         fail(f"systemctl not found on this host: unit={unit} needs systemd; omit unit to probe the URL only")
-    rc, out, err = module.run_command([systemctl, "show", "-p", "ActiveState", "-p", "Result",
-                                       "-p", "InvocationID", "-p", "LoadState", unit])
+    rc, out, err = module.run_command([systemctl, "show", "--timestamp=unix", "-p", "ActiveState", "-p", "Result",
+                                       "-p", "InvocationID", "-p", "LoadState", "-p", "ActiveEnterTimestamp", unit])
     props = parse_show(out)
     if rc != 0:
         why = " ".join(err.split()) or "no output"
@@ -188,7 +196,7 @@ def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     result = dict(changed=False, ready=False, status=None, error="", unit_state=None, unit_result=None,
-                  dead=False, journal_tail=[], root_cause=None)
+                  dead=False, journal_tail=[], root_cause=None, uptime_s=None)
 
     def fail(msg):
         # Every key comes back, dead included, so `until: x.ready or x.dead`
@@ -207,6 +215,8 @@ def main():
         result["unit_state"] = props.get("ActiveState")
         result["unit_result"] = props.get("Result")
         result["dead"] = is_dead(props.get("ActiveState"))
+        started = active_since(props)
+        result["uptime_s"] = None if started is None else round(max(0.0, time.time() - started), 3)
         if result["dead"]:
             evidence = journal(module, p["unit"], props.get("InvocationID"), p["journal_lines"])
             result.update(journal_tail=evidence.tail, root_cause=evidence.root_cause)

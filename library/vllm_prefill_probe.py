@@ -224,6 +224,7 @@ from ansible.module_utils.prefill import (MAX_GROUPS, MIN_GROUPS, PrefillError, 
                                           baseline_to_json)
 from ansible.module_utils.prefill_client import EngineClient
 from ansible.module_utils.prefill_probe import probe, record
+from ansible.module_utils.systemd import active_since, parse_show
 
 ARGUMENT_SPEC = dict(
     url=dict(type="str", required=True),
@@ -256,16 +257,12 @@ def _check(module):
 
 
 def _started_at(module, unit):
-    """The unit's ActiveEnterTimestamp as epoch seconds, or None when it never started."""
+    """The unit's ActiveEnterTimestamp as epoch seconds, or None when it is not active."""
     rc, out, err = module.run_command(
         ["systemctl", "show", unit, "--timestamp=unix", "-p", "ActiveEnterTimestamp", "-p", "ActiveState"])
     if rc != 0:
         module.fail_json(msg="systemctl show %s failed (rc %d): %s" % (unit, rc, err.strip()))
-    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-    stamp = props.get("ActiveEnterTimestamp", "").lstrip("@")
-    if props.get("ActiveState") != "active" or not stamp.isdigit():
-        return None
-    return float(stamp)
+    return active_since(parse_show(out))
 
 
 def _load(path):

@@ -382,6 +382,8 @@ class Gate:
         for name, upstream in snap["upstreams"].items():
             upstream["url"] = self.bases[name]
         snap["queue"]["timeout_s"] = self.config.queue_timeout_s
+        # The rolling restart sizes a hold against both limits.
+        snap["max_hold_s"] = self.config.max_hold_s
         return {"state": self._state_word(), "shutting_down": self.shutting_down, **snap}
 
     def _state_word(self) -> str:

@@ -31,9 +31,9 @@ import typing as t
 
 VERDICTS = ("healthy", "kv-bound", "preempting", "prefill-degraded", "wedged", "down", "inconclusive")
 PASSIVE_MARGIN = 1.5
-RESTART = "ansible-playbook playbooks/engine.yml -e vllm_server_restart_needed=true"
-RESTART_HINT = ("a restart cures this: %s restarts the whole engine in TP-group order and records a new "
-                "baseline" % RESTART)
+RESTART = "ansible-playbook playbooks/rolling-restart.yml"
+RESTART_HINT = ("a restart cures this: %s restarts the engines that need it one at a time, drained, in "
+                "TP-group order, and records a new baseline (docs/restart.md)" % RESTART)
 
 
 class DiagnosisError(ValueError):
@@ -72,6 +72,7 @@ def diagnose(probe: t.Mapping, kv: t.Optional[t.Mapping] = None, flags: t.Option
         "probe_reason": probe.get("reason"),
         "ratio": probe.get("ratio"),
         "threshold": probe.get("threshold"),
+        "reference": probe.get("reference"),
         "uptime_s": probe.get("uptime_s"),
         "health_status": probe.get("health_status"),
         "kv_cache_tokens": pool,

@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Scheduling the rolling restart: AWX schedule rules and the cron entry (pure).
 
-Groundwork for the scheduling playbooks; the facts are in
+Used by playbooks/schedule-restart.yml and playbooks/awx-restart.yml through
+plugins/filter/restart.py; the facts are in
 docs/reference/restart.md (section 1.4 for AWX's RRULE rules, section 2 for
 ansible-runner and cron).
 
@@ -26,6 +27,9 @@ import shlex
 import typing as t
 
 LOCKED_EXIT = 75
+# The run's ident, set by the shell line cron_job writes.
+IDENT = "$ident"
+_TAG = re.compile(r"^[A-Za-z0-9_.\-]{1,32}$", re.ASCII)
 MAX_COUNT = 999
 
 _DTSTART = re.compile(r"^DTSTART(?:;TZID=(?P<tz>[A-Za-z_]+(?:/[A-Za-z0-9_+\-]+)+|UTC)):(?P<stamp>\d{8}T\d{6})(?P<z>Z?)$"
@@ -127,13 +131,23 @@ def runner_argv(venv: str, private_dir: str, project_dir: str, inventory: str, p
             "env", "PATH=" + path,
             "ansible-runner", "run", private_dir, "-p", playbook,
             "--project-dir", project_dir, "--inventory", inventory,
-            "--ident", "$(date -u +%Y%m%dT%H%M%SZ)",
+            "--ident", IDENT,
             "--rotate-artifacts", str(rotate), "--omit-env-files", "-q"]
 
 
-def cron_job(argv: t.Sequence[str]) -> str:
-    """One crontab command from ``runner_argv``: quoted, the ident left to the shell, ``%`` escaped."""
-    words = []
-    for word in argv:
-        words.append('"%s"' % word if word.startswith("$(") else shlex.quote(word))
-    return cron_escape(" ".join(words))
+def cron_job(argv: t.Sequence[str], syslog_tag: str = "") -> str:
+    """One crontab command from ``runner_argv``: quoted, ``%`` escaped.
+
+    The shell sets the ident once from the UTC time. With ``syslog_tag``,
+    every run, an overlap and a runner that cannot start included, logs one
+    line with its ident and exit status (``logger``), and the entry still
+    exits with the run's status.
+    """
+    if syslog_tag and not _TAG.match(syslog_tag):
+        raise ScheduleError("syslog_tag must be letters, digits, '_', '.' or '-', got %r" % (syslog_tag,))
+    words = ['"$ident"' if word == IDENT else shlex.quote(word) for word in argv]
+    line = "ident=$(date -u +%Y%m%dT%H%M%SZ); " + " ".join(words)
+    if syslog_tag:
+        # 75 is an overlap (the last run still holds the lock), not a failure.
+        line += '; rc=$?; logger -t %s -- "run $ident exit $rc"; exit $rc' % syslog_tag
+    return cron_escape(line)

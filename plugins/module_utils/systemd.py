@@ -41,6 +41,15 @@ def parse_show(text: str) -> dict[str, str]:
     return props
 
 
+def active_since(props: dict[str, str]) -> float | None:
+    """``ActiveEnterTimestamp`` of ``systemctl show --timestamp=unix`` as epoch
+    seconds, or None when the unit is not active or the stamp is not ``@N``."""
+    stamp = props.get("ActiveEnterTimestamp", "")
+    if props.get("ActiveState") != "active" or not re.fullmatch(r"@[0-9]{1,12}(\.[0-9]{1,9})?", stamp, re.ASCII):
+        return None
+    return float(stamp[1:])
+
+
 def main_pid(props: dict[str, str]) -> int:
     """``MainPID`` as an int; 0 (no main process) when absent or not a number."""
     try:

@@ -26,6 +26,8 @@ ROLES_IN_ORDER = [
     "vllm_server",
     "vllm_verify",
     "vllm_diagnose",
+    "vllm_restart",
+    "restart_schedule",
     "serving_endpoint",
     "fleet_report",
     "gate_service",

@@ -127,6 +127,7 @@ async def test_admin_state_and_inflight(one):
     assert state["state"] == "ok" and state["shutting_down"] is False and state["held"] is False
     assert (state["inflight"], state["queued"], state["reserved_tokens"]) == (1, 0, 40)
     assert state["queue"]["max_depth"] == 8 and state["queue"]["timeout_s"] == WAIT
+    assert state["max_hold_s"] == 600.0  # the rolling restart sizes its hold against it
     assert state["upstreams"]["e1"] == {
         "ready": True, "drained": False, "state": "ready", "detail": "", "inflight": 1, "reserved_tokens": 40,
         "kv_cache_tokens": 100, "max_model_len": 100, "url": fake.url,

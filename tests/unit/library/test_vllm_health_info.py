@@ -15,6 +15,7 @@ import os
 import shlex
 import socket
 import stat
+import time
 import threading
 import urllib.request
 from pathlib import Path
@@ -125,7 +126,8 @@ echo "$*" >> '{self.systemctl_calls}'
 [ "$1" = show ] || exit 2
 . '{tmp_path}/systemctl.env'
 [ -n "$ERR" ] && echo "$ERR" >&2
-printf 'LoadState=%s\\nActiveState=%s\\nResult=%s\\nInvocationID=%s\\n' "$LOAD" "$ACTIVE" "$RESULT" "$INV"
+printf 'LoadState=%s\\nActiveState=%s\\nResult=%s\\nInvocationID=%s\\nActiveEnterTimestamp=%s\\n' \\
+    "$LOAD" "$ACTIVE" "$RESULT" "$INV" "$SINCE"
 exit "$RC"
 """,
             "journalctl": f"""#!/bin/sh
@@ -143,8 +145,9 @@ exit "$RC"
         self.journalctl(rc=0, err="")
         monkeypatch.setenv("PATH", "%s%s%s" % (self.dir, os.pathsep, os.environ["PATH"]))
 
-    def set(self, load="loaded", active="active", result="success", invocation=INVOCATION, rc=0, err=""):
-        env = {"LOAD": load, "ACTIVE": active, "RESULT": result, "INV": invocation, "RC": rc, "ERR": err}
+    def set(self, load="loaded", active="active", result="success", invocation=INVOCATION, rc=0, err="", since=""):
+        env = {"LOAD": load, "ACTIVE": active, "RESULT": result, "INV": invocation, "RC": rc, "ERR": err,
+               "SINCE": since}
         (self.dir.parent / "systemctl.env").write_text("".join(f"{k}={shlex.quote(str(v))}\n" for k, v in env.items()))
 
     def journalctl(self, rc=0, err=""):
@@ -285,9 +288,23 @@ def test_unit_state(run_module, systemd, active, result, dead):
     assert "failed" not in out
     assert (out["ready"], out["unit_state"], out["unit_result"], out["dead"]) == (False, active, result, dead)
     assert systemd.systemctl_calls.read_text() == (
-        f"show -p ActiveState -p Result -p InvocationID -p LoadState {UNIT}\n")
+        f"show --timestamp=unix -p ActiveState -p Result -p InvocationID -p LoadState -p ActiveEnterTimestamp {UNIT}\n")
+    assert out["uptime_s"] is None  # no stamp given
     # The journal is read only for a dead unit.
     assert len(systemd.journal_calls()) == (1 if dead else 0)
+
+
+def test_uptime_is_the_time_since_the_unit_became_active(run_module, systemd):
+    systemd.set(since="@%d" % (time.time() - 30))
+    out = run_module(module, {"url": "http://127.0.0.1:%d" % closed_port(), "unit": UNIT})
+    assert 29 <= out["uptime_s"] <= 40
+
+
+@pytest.mark.parametrize("active, since", [("active", "n/a"), ("active", "@12ab"), ("failed", "@1700000000")])
+def test_no_uptime_without_an_active_stamp(run_module, systemd, active, since):
+    systemd.set(active=active, since=since)
+    out = run_module(module, {"url": "http://127.0.0.1:%d" % closed_port(), "unit": UNIT})
+    assert out["uptime_s"] is None
 
 
 def test_ready_while_the_unit_is_active(run_module, systemd):

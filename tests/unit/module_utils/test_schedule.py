@@ -131,3 +131,20 @@ def test_runner_argv_needs_absolute_paths(tmp_path):
     with pytest.raises(s.ScheduleError, match="venv must be an absolute path"):
         s.runner_argv("venv", "/pdd", "/p", "/i", "pb.yml", "/lock")
     assert os.path.isabs(str(tmp_path))
+
+
+def test_the_syslog_line_names_the_run_and_keeps_its_status(venv, tmp_path):
+    logger = venv / "bin" / "logger"
+    log = tmp_path / "syslog"
+    logger.write_text('#!/bin/sh\nprintf "%%s\\n" "$*" >> %s\n' % log)
+    logger.chmod(0o755)
+    job = s.cron_job(_argv(venv, tmp_path), syslog_tag="vllm-fleet-restart")
+    r = _as_cron_runs_it(job.replace("logger", str(logger)), FAKE_RC="2")
+    assert r.returncode == 2
+    line = log.read_text().strip()
+    assert re.fullmatch(r"-t vllm-fleet-restart -- run \d{8}T\d{6}Z exit 2", line), line
+
+
+def test_the_syslog_tag_is_checked():
+    with pytest.raises(s.ScheduleError, match="syslog_tag"):
+        s.cron_job(["true"], syslog_tag="a b; rm -rf /")

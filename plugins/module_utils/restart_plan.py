@@ -1,0 +1,313 @@
+# -*- coding: utf-8 -*-
+# Copyright: vllm-fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The rolling restart, decided before any host changes.
+
+Pure (standard library only); the vllm_restart role reaches it through
+``plugins/filter/restart.py``. ``plan`` takes the engine records, each
+engine's diagnosis (``diagnosis.py``) and the serving set-up, and says which
+engines restart, in which order, and how each is drained, or why the run is
+refused. A refusal lists every reason at once and nothing has changed yet.
+
+An engine *serves* unless it is down or wedged. Before an engine restarts,
+its consumers must be able to go somewhere:
+
+- gate mode, another engine serves: the gate drains this one (in-flight
+  requests finish there, new ones go to the others);
+- gate mode, no other engine serves: the gate holds admissions for the
+  expected restart plus a margin, refused when that outlasts the gate's queue
+  timeout or its longest hold;
+- direct mode, the consumers point at this engine: they are repointed at
+  another serving engine, else at the named fallback endpoint (planned
+  fallbacks), else, if it serves, the outage must be accepted;
+- an engine that does not serve (gate mode), or that no consumer points at
+  (direct mode), needs no drain.
+
+Engines that do not serve restart first: they add no outage, and the ones
+after can then drain onto them. In direct mode the engine the consumers use
+restarts last, in its own play between moving them away and back.
+
+``pool_check`` compares the KV pool after the restart with the pool before;
+``report_line`` is the one-line summary cron logs.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+POLICIES = ("always", "when-degraded")
+MODES = ("direct", "gate")
+# What a restart cures (diagnosis.py's verdicts).
+CURED = ("prefill-degraded", "wedged", "down")
+NOT_SERVING = ("down", "wedged")
+ACCEPT = "-e restart_accept_outage=true"
+
+# Why a when-degraded run leaves an engine alone, by verdict.
+_SKIP = {
+    "healthy": "healthy: nothing to cure",
+    "kv-bound": ("kv-bound: the pool is full and the engine queues the excess, as it should; a restart frees "
+                 "nothing that finishing sessions would not"),
+    "preempting": ("preempting: the running flags make it preempt, and a restart keeps them; fix the flags "
+                   "(playbooks/diagnose.yml says which) and run playbooks/engine.yml"),
+    "inconclusive": "inconclusive is not degraded, so it is not restarted; -e restart_policy=always restarts anyway",
+}
+
+
+class PlanError(ValueError):
+    """The inputs are not what the playbook passes (a bad policy, mode or number)."""
+
+
+def _positive(name: str, value: t.Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value != value:
+        raise PlanError("%s must be a positive number of seconds, got %r" % (name, value))
+    return float(value)
+
+
+def _optional_limit(name: str, value: t.Any) -> t.Optional[float]:
+    return None if value is None else _positive(name, value)
+
+
+def _engines(engines: t.Any) -> t.List[dict]:
+    if not isinstance(engines, list) or not engines:
+        raise PlanError("engines must be the non-empty list of engine records (vllm_fleet_engines)")
+    for e in engines:
+        if not isinstance(e, dict) or not e.get("name") or not isinstance(e.get("hosts"), list) or not e["hosts"]:
+            raise PlanError("every engine record needs a name and its hosts (vllm_fleet_engines), got %r" % (e,))
+    return engines
+
+
+def _verdict(verdicts: t.Mapping, name: str) -> dict:
+    v = verdicts.get(name)
+    if not isinstance(v, dict) or not isinstance(v.get("verdict"), str):
+        raise PlanError("engine %s has no diagnosis (vllm_diagnose_result of its head)" % name)
+    return v
+
+
+def _why_restart(policy: str, verdict: str, summary: str) -> t.Tuple[bool, str]:
+    if policy == "always":
+        return True, "restart_policy=always (diagnosed %s)" % verdict
+    if verdict in CURED:
+        return True, "%s: %s" % (verdict, summary) if summary else verdict
+    return False, _SKIP.get(verdict, "%s: not something a restart cures" % verdict)
+
+
+def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accept_outage: t.Any = False,
+         mode: t.Any = "direct", consumer_url: t.Any = "", fallback_url: t.Any = "",
+         gate: t.Optional[t.Mapping] = None, expected_restart_s: t.Any = 120, hold_margin_s: t.Any = 30) -> dict:
+    """The restart plan: {policy, mode, engines, hosts, batches, fed, refused}.
+
+    ``consumer_url`` is the OpenAI base URL the consumers use in direct mode
+    ('' without consumer hosts); ``gate`` holds the live gate's
+    ``queue_timeout_s`` and ``max_hold_s``. ``hosts`` and ``batches`` are the
+    restart play's host list and ``serial`` (one batch per engine, head
+    first). ``fed`` is the engine the consumers talk to in direct mode when it
+    restarts: it goes last, in its own play, between moving the consumers away
+    and back. ``engines`` lists the restarts in order, then the skipped ones.
+    """
+    if policy not in POLICIES:
+        raise PlanError("restart_policy must be one of %s, got %r" % (", ".join(POLICIES), policy))
+    if mode not in MODES:
+        raise PlanError("the serving mode must be one of %s, got %r" % (", ".join(MODES), mode))
+    accept = _flag("restart_accept_outage", accept_outage)
+    for name, value in (("consumer_url", consumer_url), ("fallback_url", fallback_url)):
+        if not isinstance(value, str):
+            raise PlanError("%s must be a URL string, got %r" % (name, value))
+    if not isinstance(verdicts, dict):
+        raise PlanError("verdicts must map each engine's name to its diagnosis")
+    expected = _positive("restart_expected_s", expected_restart_s)
+    margin = _positive("restart_hold_margin_s", hold_margin_s)
+    gate = dict(gate or {})
+    limits = [x for x in (_optional_limit("the gate's queue timeout", gate.get("queue_timeout_s")),
+                          _optional_limit("the gate's longest hold", gate.get("max_hold_s"))) if x is not None]
+    records = _engines(engines)
+
+    rows = []
+    for e in records:
+        v = _verdict(verdicts, e["name"])
+        restart, reason = _why_restart(policy, v["verdict"], str(v.get("summary") or ""))
+        rows.append({"name": e["name"], "head": e.get("head", e["hosts"][0]), "hosts": list(e["hosts"]),
+                     "api_url": str(e.get("api_url", "")), "verdict": v["verdict"],
+                     "summary": v.get("summary", ""), "serving": v["verdict"] not in NOT_SERVING,
+                     "action": "restart" if restart else "skip", "reason": reason, "drain": None})
+
+    def fed(r: dict) -> bool:
+        return mode == "direct" and bool(consumer_url) and _same_url(consumer_url, r["api_url"])
+
+    todo = [r for r in rows if r["action"] == "restart"]
+    order = ([r for r in todo if not r["serving"] and not fed(r)] + [r for r in todo if r["serving"] and not fed(r)]
+             + [r for r in todo if fed(r)])
+    refused: t.List[str] = []
+    restarted: t.List[str] = []
+    for r in order:
+        others = [o for o in rows if o["name"] != r["name"] and (o["serving"] or o["name"] in restarted)]
+        r["drain"] = _drain(r, others, mode, consumer_url, fed(r), fallback_url, limits, expected, margin, accept,
+                            refused)
+        restarted.append(r["name"])
+    batched = [r for r in order if not fed(r)]
+    last = next((r for r in order if fed(r)), None)
+    return {
+        "policy": policy, "mode": mode, "accept_outage": accept,
+        "engines": order + [r for r in rows if r["action"] == "skip"],
+        "hosts": [h for r in batched for h in r["hosts"]],
+        "batches": [len(r["hosts"]) for r in batched],
+        "fed": None if last is None else {"name": last["name"], "hosts": last["hosts"], "drain": last["drain"]},
+        "refused": refused,
+    }
+
+
+def _flag(name: str, value: t.Any) -> bool:
+    """A boolean from YAML or from ``-e name=true`` (a string)."""
+    if isinstance(value, bool):
+        return value
+    words = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+    if isinstance(value, str) and value.strip().lower() in words:
+        return words[value.strip().lower()]
+    raise PlanError("%s must be true or false, got %r" % (name, value))
+
+
+def _same_url(a: str, b: str) -> bool:
+    return a.rstrip("/") == b.rstrip("/")
+
+
+def _drain(r: dict, others: t.List[dict], mode: str, consumer_url: str, is_fed: bool, fallback_url: str,
+           limits: t.List[float], expected: float, margin: float, accept: bool, refused: t.List[str]) -> dict:
+    name = r["name"]
+    if mode == "gate":
+        if not r["serving"]:
+            return {"kind": "none", "why": "it does not serve now (%s): the gate sends it nothing" % r["verdict"]}
+        if others:
+            return {"kind": "gate-drain", "upstream": name,
+                    "why": "the gate sends new requests to %s while in-flight ones finish here"
+                           % ", ".join(o["name"] for o in others)}
+        hold = expected + margin
+        limit = min(limits) if limits else None
+        if limit is None or hold <= limit:
+            return {"kind": "gate-hold", "hold_s": hold,
+                    "why": "the only serving engine: the gate holds admissions for %g s (restart %g s + margin %g s)"
+                           % (hold, expected, margin)}
+        if accept:
+            return {"kind": "none", "why": "outage accepted: a %g s hold would outlast the gate's %g s limit" % (
+                hold, limit)}
+        refused.append(
+            "engine %s is the only serving engine, and holding the gate for its restart (%g s + %g s margin) "
+            "would outlast the gate's queue timeout or longest hold (%g s), so queued requests would fail. "
+            "Raise gate_service_queue_timeout_s and gate_service_max_hold_s, lower restart_expected_s if the "
+            "restart is faster, or accept the outage with %s" % (name, expected, margin, limit, ACCEPT))
+        return {"kind": "refused", "why": "the hold would outlast the gate's limit"}
+    if not consumer_url:
+        return {"kind": "none", "why": "no consumer host in the inventory"}
+    if not is_fed:
+        return {"kind": "none", "why": "no consumer points at it (they use %s)" % consumer_url}
+    if others:
+        return {"kind": "repoint", "url": others[0]["api_url"],
+                "why": "the consumers use %s while it restarts" % others[0]["name"]}
+    if fallback_url:
+        return {"kind": "fallback", "url": fallback_url,
+                "why": "the consumers use the fallback %s while it restarts (planned)" % fallback_url}
+    if not r["serving"]:
+        return {"kind": "none", "why": "it does not serve now (%s), so its restart adds no outage" % r["verdict"]}
+    if accept:
+        return {"kind": "none", "why": "outage accepted: the consumers get errors while it restarts"}
+    refused.append(
+        "engine %s is the only serving engine and its consumers talk to it directly: they would get errors "
+        "for the whole restart. Name a fallback endpoint (vllm_fleet_fallback_url), or accept the outage "
+        "with %s" % (name, ACCEPT))
+    return {"kind": "refused", "why": "an outage nobody accepted"}
+
+
+def pool_check(before: t.Any, after: t.Any, tolerance: t.Any) -> dict:
+    """The KV pool after a restart against before: {before, after, shrink, ok, message}.
+
+    ``shrink`` is the lost fraction (0 when it grew); ``ok`` is false past
+    ``tolerance``. An unknown pool before (a dead engine) is never a failure.
+    """
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 <= tolerance < 1:
+        raise PlanError("the pool tolerance must be a fraction from 0 to below 1, got %r" % (tolerance,))
+    nums = [x if isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 else None
+            for x in (before, after)]
+    b, a = nums
+    if a is None:
+        raise PlanError("the pool after the restart must be a token count, got %r" % (after,))
+    if not b:
+        return {"before": b, "after": a, "shrink": None, "ok": True,
+                "message": "KV pool %d tokens (none known before)" % a}
+    shrink = max(0.0, (b - a) / b)
+    ok = shrink <= tolerance
+    if a >= b:
+        text = "KV pool %d tokens, as before" % a if a == b else "KV pool %d tokens, up from %d" % (a, b)
+    else:
+        text = "KV pool shrank from %d to %d tokens (%.1f %%%s)" % (
+            b, a, shrink * 100, "" if ok else ", past the %.1f %% tolerance (vllm_restart_pool_tolerance)"
+            % (tolerance * 100))
+    return {"before": b, "after": a, "shrink": round(shrink, 4), "ok": ok, "message": text}
+
+
+def report(plan_: t.Any, results: t.Any, consumers_t: t.Any = None, failed: t.Any = "") -> dict:
+    """The run's report: the plan's engines with what happened to each.
+
+    ``results`` maps an engine to what its restart recorded (engine.yml);
+    ``consumers_t`` holds the epoch seconds at which the direct-mode
+    consumers were moved ``away`` and ``back``, which the restarted engine's
+    ``drained_s`` and ``overhead_s`` then include.
+    """
+    if not isinstance(plan_, dict) or not isinstance(plan_.get("engines"), list):
+        raise PlanError("the plan must be what restart_plan returned")
+    results = results if isinstance(results, dict) else {}
+    moved = consumers_t if isinstance(consumers_t, dict) else {}
+    fed = (plan_.get("fed") or {}).get("name")
+    engines = []
+    for e in plan_["engines"]:
+        row = {k: e.get(k) for k in ("name", "hosts", "verdict", "summary", "action", "reason")}
+        row["drain"] = (e.get("drain") or {}).get("kind")
+        got = results.get(e["name"])
+        if e.get("action") == "restart":
+            row.update(got if isinstance(got, dict) else {"outcome": "not reached"})
+        else:
+            row["outcome"] = "skipped"
+        away, back = _num(moved.get("away")), _num(moved.get("back"))
+        if e["name"] == fed and away is not None and back is not None and row.get("outcome") == "restarted":
+            inner = _num(row.get("drained_s")) or 0.0
+            row["drained_s"] = round(back - away, 1)
+            if _num(row.get("overhead_s")) is not None:
+                row["overhead_s"] = round(_num(row["overhead_s"]) + (back - away) - inner, 1)
+        engines.append(row)
+    outcomes = [r["outcome"] for r in engines]
+    outcome = "failed" if failed or "failed" in outcomes else "succeeded"
+    return {"outcome": outcome, "policy": plan_.get("policy"), "mode": plan_.get("mode"), "engines": engines,
+            "restarted": [r["name"] for r in engines if r["outcome"] == "restarted"],
+            "skipped": [r["name"] for r in engines if r["outcome"] == "skipped"],
+            "failed": [r["name"] for r in engines if r["outcome"] == "failed"]}
+
+
+def _num(value: t.Any) -> t.Optional[float]:
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number == number and abs(number) != float("inf") else None
+
+
+def report_line(report: t.Any) -> str:
+    """The one-line summary of a run, for syslog or a log file."""
+    if not isinstance(report, dict):
+        raise PlanError("the report must be the rolling restart's report (a dict)")
+    parts = []
+    for e in report.get("engines") or []:
+        if not isinstance(e, dict):
+            continue
+        outcome = e.get("outcome")
+        if outcome == "restarted":
+            bits = ["%s restarted (was %s, drain %s" % (e.get("name"), e.get("verdict"), e.get("drain"))]
+            if _num(e.get("downtime_s")) is not None:
+                bits.append(", down %.1f s" % _num(e["downtime_s"]))
+            parts.append("".join(bits) + ")")
+        elif outcome == "failed":
+            parts.append("%s FAILED at %s" % (e.get("name"), e.get("step")))
+        elif outcome == "skipped":
+            parts.append("%s skipped (%s)" % (e.get("name"), e.get("verdict")))
+        else:
+            parts.append("%s %s" % (e.get("name"), outcome))
+    head = "vllm-fleet rolling restart %s, policy %s" % (report.get("outcome", "?"), report.get("policy", "?"))
+    return head + (": " + "; ".join(parts) if parts else "")

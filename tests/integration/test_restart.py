@@ -1,0 +1,179 @@
+"""playbooks/rolling-restart.yml on the lab, under the load of the lab's
+multi-session client (lab/consumer): the cure for the prefill slow-down,
+with the consumers on the lab's fallback model while the only engine restarts
+(direct mode, vllm_fleet_fallback_url named), a worker host down, a failure
+mid-restart, and the cron entry's exact command line.
+
+Runs after the molecule scenarios and before test_diagnose.py, on the lab
+engine as the inventory defines it. Each test leaves the engine healthy and
+the consumers on it.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from labtools import LAB_INVENTORY, REPO, lab_sh, on_host
+from test_serving_modes import CLIENT, endpoint_env, now_ts, summary, wait_for
+
+pytestmark = pytest.mark.lab
+
+ENGINE_URL = "http://10.200.0.11:8000/v1"
+FALLBACK_URL = "http://127.0.0.1:8001/v1"
+MODEL_DIR = "/srv/models/tiny"
+
+
+@pytest.fixture(scope="module")
+def client(play):
+    """The consumer application on lab3 with its session client running, in direct mode."""
+    assert play("lab/playbooks/consumer-app.yml").rc == 0
+    assert "VLLM_FLEET_MODE=direct" in endpoint_env(), "test_serving_modes.py leaves the lab in direct mode"
+    on_host("lab3", f"systemctl start {CLIENT}")
+    since = now_ts()
+    wait_for(lambda: summary(since)["outcomes"].get("ok", 0) >= 3, 60, "the client's first answers")
+    yield
+    on_host("lab3", f"systemctl stop {CLIENT}")
+
+
+def restart(play, tmp_path: Path, *args: str, **extravars):
+    report = tmp_path / "restart.json"
+    r = play("playbooks/rolling-restart.yml", *args, extravars=dict(extravars, vllm_restart_report_path=str(report)))
+    return r, (json.loads(report.read_text()) if report.exists() else None)
+
+
+def engine_started_at() -> str:
+    return on_host("lab1", "systemctl show -p ActiveEnterTimestampMonotonic --value vllm.service").strip()
+
+
+def test_when_degraded_finds_the_slow_down_restarts_and_cures_it_with_planned_fallbacks(client, play, tmp_path):
+    """1 and 4: the slow-prefill knob on both hosts under load; when-degraded restarts the TP2
+    engine with the consumers on the fallback (zero errors); a second run skips it as healthy."""
+    since = now_ts()
+    for host in ("lab1", "lab2"):
+        lab_sh("fault", "slow-prefill", host)
+    try:
+        r, report = restart(play, tmp_path)
+    finally:
+        for host in ("lab1", "lab2"):
+            lab_sh("fault", "slow-prefill-off", host, check=False)
+    assert r.rc == 0, "the rolling restart failed"
+    (engine,) = report["engines"]
+    assert engine["outcome"] == "restarted" and engine["verdict"] == "prefill-degraded", engine
+    assert engine["drain"] == "fallback"
+    assert report["outcome"] == "succeeded" and report["restarted"] == ["engine_lab"]
+    assert "1. restart engine_lab (lab1, lab2): prefill-degraded" in r.stdout
+    assert "the consumers use the fallback" in r.stdout
+    for key in ("downtime_s", "engine_boot_s", "drained_s", "overhead_s", "ray_s"):
+        assert isinstance(engine[key], (int, float)) and engine[key] >= 0, (key, engine)
+    assert engine["engine_boot_s"] < engine["downtime_s"] <= engine["drained_s"]
+    assert engine["pool"]["ok"] and engine["pool"]["after"] == 65536, engine["pool"]
+    assert engine["prefill_s_per_token_after"] > 0
+    # Back on the engine, and the application saw no error: its requests went
+    # to the fallback while the engine restarted (planned), then back.
+    assert f"OPENAI_BASE_URL={ENGINE_URL}" in endpoint_env()
+    mark = now_ts()
+    wait_for(lambda: summary(mark)["by_base_url"].get(ENGINE_URL, {}).get("ok", 0) >= 3, 60,
+             "answers from the restarted engine")
+    s = summary(since)
+    assert s["outcomes"].get("error", 0) == 0 and s["outcomes"].get("fallback", 0) == 0, s
+    assert s["by_base_url"].get(FALLBACK_URL, {}).get("ok", 0) > 0, "no request went to the planned fallback"
+
+    # The probe sees the recovery: a quiet engine now reads healthy and is skipped.
+    on_host("lab3", f"systemctl stop {CLIENT}")
+    try:
+        again, report = restart(play, tmp_path)
+    finally:
+        on_host("lab3", f"systemctl start {CLIENT}")
+    assert again.rc == 0
+    assert report["engines"][0]["outcome"] == "skipped" and report["engines"][0]["verdict"] == "healthy", report
+    assert "skip engine_lab: healthy: nothing to cure" in again.stdout
+    assert again.changed() == {}, "a run with nothing to restart changed something"
+
+
+def test_a_stopped_worker_stops_the_run_before_anything_changes(client, play, tmp_path):
+    """5. lab2 powered off: the run names it and touches nothing."""
+    before = (engine_started_at(), endpoint_env())
+    lab_sh("fault", "host-stop", "lab2")
+    try:
+        r, report = restart(play, tmp_path, "-e", "restart_policy=always")
+    finally:
+        lab_sh("fault", "host-start", "lab2")
+    assert r.rc != 0
+    assert "Nothing was changed: engine host(s) lab2 do not answer" in r.stdout
+    assert report is None, "a run stopped by the preflight wrote a report"
+    assert (engine_started_at(), endpoint_env()) == before
+
+
+def test_a_failure_mid_restart_leaves_the_consumers_on_the_fallback_and_a_rerun_converges(client, play, tmp_path):
+    """6. The model made unreadable on the head: the run fails naming the step, the
+    consumers stay on the fallback with zero errors, and a rerun after the fix converges."""
+    since = now_ts()
+    on_host("lab1", f"chmod 000 {MODEL_DIR}")
+    try:
+        r, report = restart(play, tmp_path, "-e", "restart_policy=always")
+        assert r.rc != 0
+        assert 'Engine engine_lab failed at the step "start the server and prove it"' in r.stdout
+        assert "The consumers stay on the fallback endpoint. No later engine was touched." in r.stdout
+        (engine,) = report["engines"]
+        assert report["outcome"] == "failed" and engine["outcome"] == "failed", report
+        assert f"OPENAI_BASE_URL={FALLBACK_URL}" in endpoint_env()
+        mark = now_ts()
+        wait_for(lambda: summary(mark)["by_base_url"].get(FALLBACK_URL, {}).get("ok", 0) >= 3, 60,
+                 "answers from the fallback")
+    finally:
+        on_host("lab1", f"chmod 755 {MODEL_DIR}")
+    # The engine is down now: when-degraded restarts it and brings the consumers back.
+    r, report = restart(play, tmp_path)
+    assert r.rc == 0
+    assert report["engines"][0]["outcome"] == "restarted" and report["engines"][0]["verdict"] == "down", report
+    assert f"OPENAI_BASE_URL={ENGINE_URL}" in endpoint_env()
+    mark = now_ts()
+    wait_for(lambda: summary(mark)["by_base_url"].get(ENGINE_URL, {}).get("ok", 0) >= 3, 60,
+             "answers from the engine again")
+    s = summary(since)
+    assert s["outcomes"].get("error", 0) == 0 and s["outcomes"].get("fallback", 0) == 0, s
+
+
+def test_the_cron_entry_runs_the_restart_through_ansible_runner_and_an_overlap_exits_75(client, play, tmp_path):
+    """7. schedule-restart.yml writes the entry; its exact command line, run as cron runs it,
+    does the restart through ansible-runner (status successful, rc 0, the report in set_stats);
+    a second run while the first holds the lock exits 75. (The entry's idempotence and removal:
+    the restart_schedule molecule scenario.)"""
+    cron_file = tmp_path / "vllm-fleet-restart"
+    private = tmp_path / "runner"
+    summary_file = tmp_path / "restart.log"
+    schedule = {"restart_schedule_cron_file": str(cron_file), "restart_schedule_private_dir": str(private),
+                "restart_schedule_inventory": str(LAB_INVENTORY), "restart_schedule_summary_file": str(summary_file),
+                "restart_schedule_project_dir": str(REPO)}
+    assert play("playbooks/schedule-restart.yml", extravars=schedule).rc == 0
+    (line,) = [x for x in cron_file.read_text().splitlines() if x and not re.match(r"#|[A-Z_]+=", x)]
+    fields = line.split(None, 6)
+    assert fields[5] == "root"
+    command = fields[6].replace("\\%", "%")  # cron turns "\%" back into "%"
+    cron_env = {"PATH": "/usr/bin:/bin", "HOME": "/root", "SHELL": "/bin/sh", "LANG": "C.UTF-8"}
+    run = subprocess.run(["/bin/sh", "-c", command], env=cron_env, capture_output=True, text=True, timeout=1200)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    (ident,) = [p.name for p in (private / "artifacts").iterdir()]
+    assert re.fullmatch(r"\d{8}T\d{6}Z", ident)
+    artifacts = private / "artifacts" / ident
+    assert (artifacts / "status").read_text().strip() == "successful"
+    assert (artifacts / "rc").read_text().strip() == "0"
+    stats = [json.loads(p.read_text()) for p in (artifacts / "job_events").glob("*.json")]
+    stats = [e for e in stats if e.get("event") == "playbook_on_stats"]
+    assert stats and stats[0]["event_data"]["artifact_data"]["vllm_restart_report"]["outcome"] == "succeeded"
+    assert not (private / "env" / "cmdline").exists(), "ansible-runner left an env/cmdline for later runs"
+    assert re.search(r"rolling restart succeeded, policy when-degraded: engine_lab ", summary_file.read_text())
+    # An overlap: the next run finds the lock held and exits 75, not 1.
+    lock = re.search(r"flock -n -E 75 (\S+)", command).group(1)
+    holder = subprocess.Popen(["flock", lock, "sleep", "60"])
+    try:
+        wait_for(lambda: subprocess.run(["flock", "-n", lock, "true"]).returncode != 0, 10, "the lock held")
+        overlap = subprocess.run(["/bin/sh", "-c", command], env=cron_env, capture_output=True, text=True, timeout=60)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert overlap.returncode == 75, overlap
