@@ -28,7 +28,8 @@ class PlayResult:
         return set(self.stats.get("failures", {})) | set(self.stats.get("dark", {}))
 
 
-def run_playbook(playbook: str, *args: str, extravars: dict | None = None, timeout: int = 1800) -> PlayResult:
+def run_playbook(playbook: str, *args: str, extravars: dict | None = None, timeout: int = 1800,
+                 inventory: Path = LAB_INVENTORY) -> PlayResult:
     """Run a playbook from the repository root with ansible-runner, as an
     operator would run ansible-playbook, and return rc, stats and output."""
     import ansible_runner
@@ -53,7 +54,7 @@ def run_playbook(playbook: str, *args: str, extravars: dict | None = None, timeo
         private_data_dir=str(private),
         project_dir=str(REPO),
         playbook=str(REPO / playbook),
-        inventory=str(LAB_INVENTORY),
+        inventory=str(inventory),
         cmdline=cmdline or None,
         envvars=env,
         quiet=True,

@@ -2,7 +2,7 @@
 multi-session client (lab/consumer): the cure for the prefill slow-down,
 with the consumers on the lab's fallback model while the only engine restarts
 (direct mode, vllm_fleet_fallback_url named), a worker host down, a failure
-mid-restart, and the cron entry's exact command line.
+mid-restart, gate mode's hold, and the cron entry's exact command line.
 
 Runs after the molecule scenarios and before test_diagnose.py, on the lab
 engine as the inventory defines it. Each test leaves the engine healthy and
@@ -23,8 +23,11 @@ from test_serving_modes import CLIENT, endpoint_env, now_ts, summary, wait_for
 pytestmark = pytest.mark.lab
 
 ENGINE_URL = "http://10.200.0.11:8000/v1"
+# The lab as two one-host engines (lab1, lab2); the last test here uses it.
+TWO_ENGINES = REPO / "inventory" / "lab-two-engines" / "hosts.yml"
+ENGINE_B_URL = "http://10.200.0.12:8000/v1"
 FALLBACK_URL = "http://127.0.0.1:8001/v1"
-MODEL_DIR = "/srv/models/tiny"
+VLLM_BIN = "/opt/vllm/bin/vllm"
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +42,10 @@ def client(play):
     on_host("lab3", f"systemctl stop {CLIENT}")
 
 
-def restart(play, tmp_path: Path, *args: str, **extravars):
+def restart(play, tmp_path: Path, *args: str, inventory: Path = LAB_INVENTORY, **extravars):
     report = tmp_path / "restart.json"
-    r = play("playbooks/rolling-restart.yml", *args, extravars=dict(extravars, vllm_restart_report_path=str(report)))
+    r = play("playbooks/rolling-restart.yml", *args, extravars=dict(extravars, vllm_restart_report_path=str(report)),
+             inventory=inventory)
     return r, (json.loads(report.read_text()) if report.exists() else None)
 
 
@@ -109,10 +113,11 @@ def test_a_stopped_worker_stops_the_run_before_anything_changes(client, play, tm
 
 
 def test_a_failure_mid_restart_leaves_the_consumers_on_the_fallback_and_a_rerun_converges(client, play, tmp_path):
-    """6. The model made unreadable on the head: the run fails naming the step, the
-    consumers stay on the fallback with zero errors, and a rerun after the fix converges."""
+    """6. `vllm` made unexecutable on the head (a broken upgrade; the lab's model is on a
+    read-only mount): the run fails naming the step after Ray restarted, the consumers stay on
+    the fallback with zero errors, and a rerun after the fix converges."""
     since = now_ts()
-    on_host("lab1", f"chmod 000 {MODEL_DIR}")
+    assert on_host("lab1", f"chmod a-x {VLLM_BIN} && test ! -x {VLLM_BIN} && echo ok").strip() == "ok"
     try:
         r, report = restart(play, tmp_path, "-e", "restart_policy=always")
         assert r.rc != 0
@@ -125,7 +130,7 @@ def test_a_failure_mid_restart_leaves_the_consumers_on_the_fallback_and_a_rerun_
         wait_for(lambda: summary(mark)["by_base_url"].get(FALLBACK_URL, {}).get("ok", 0) >= 3, 60,
                  "answers from the fallback")
     finally:
-        on_host("lab1", f"chmod 755 {MODEL_DIR}")
+        on_host("lab1", f"chmod 755 {VLLM_BIN}")
     # The engine is down now: when-degraded restarts it and brings the consumers back.
     r, report = restart(play, tmp_path)
     assert r.rc == 0
@@ -136,6 +141,39 @@ def test_a_failure_mid_restart_leaves_the_consumers_on_the_fallback_and_a_rerun_
              "answers from the engine again")
     s = summary(since)
     assert s["outcomes"].get("error", 0) == 0 and s["outcomes"].get("fallback", 0) == 0, s
+
+
+def client_summary(log: str) -> dict:
+    return json.loads(on_host("lab3", f"python3 /opt/vllm-fleet/consumer/session_client.py --summary {log}"))
+
+
+def test_gate_mode_one_engine_the_hold_loses_no_request(client, play, tmp_path):
+    """3. Gate mode, the only engine: the gate holds admissions for the restart plus a margin
+    (within its queue timeout), requests queue there and go through once the engine is back:
+    zero failed requests. The client here waits as long as the hold (its own timeout 150 s;
+    the lab's service gives up after 30 s and would fall back)."""
+    log = "/var/log/vllm-fleet/hold-run.jsonl"
+    on_host("lab3", f"systemctl stop {CLIENT}")
+    assert play("playbooks/gate-cutover.yml", "-e", "vllm_fleet_confirm=gate").rc == 0
+    try:
+        on_host("lab3", f"rm -f {log}; nohup python3 /opt/vllm-fleet/consumer/session_client.py --timeout 150"
+                        f" --duration 600 --log {log} --quiet >/dev/null 2>&1 &")
+        wait_for(lambda: client_summary(log)["outcomes"].get("ok", 0) >= 3, 60, "answers through the gate")
+        r, report = restart(play, tmp_path, "-e", "restart_policy=always")
+        assert r.rc == 0
+        (engine,) = report["engines"]
+        assert engine["outcome"] == "restarted" and engine["drain"] == "gate-hold", engine
+        assert "the only serving engine: the gate holds admissions for 90 s" in r.stdout
+        done = client_summary(log)["records"]
+        wait_for(lambda: client_summary(log)["records"] >= done + 3, 120, "answers after the release")
+    finally:
+        on_host("lab3", f"pkill -f {log}")
+        assert play("playbooks/direct-cutover.yml", "-e", "vllm_fleet_confirm=direct").rc == 0
+        on_host("lab3", f"systemctl start {CLIENT}")
+    s = client_summary(log)
+    assert s["outcomes"].get("error", 0) == 0 and s["outcomes"].get("fallback", 0) == 0, s
+    # Some requests waited out the restart in the gate's queue.
+    assert s["latency_ms"]["ok"]["max"] > 20000, s["latency_ms"]
 
 
 def test_the_cron_entry_runs_the_restart_through_ansible_runner_and_an_overlap_exits_75(client, play, tmp_path):
@@ -177,3 +215,26 @@ def test_the_cron_entry_runs_the_restart_through_ansible_runner_and_an_overlap_e
         holder.kill()
         holder.wait()
     assert overlap.returncode == 75, overlap
+
+
+def test_two_engines_restart_one_after_the_other_with_zero_failed_requests(client, play, tmp_path):
+    """2. The lab as two one-host engines: engine_b (no consumer uses it) restarts first with
+    nothing to drain, then engine_a, the consumers' engine, with them repointed at engine_b and
+    back; zero failed requests. Runs last and leaves the lab in that shape: test_diagnose.py's
+    engine play (inventory/lab) puts the TP2 engine back."""
+    assert play("playbooks/engine.yml", inventory=TWO_ENGINES).rc == 0, "the two engines did not converge"
+    mark = now_ts()
+    wait_for(lambda: summary(mark)["by_base_url"].get(ENGINE_URL, {}).get("ok", 0) >= 3, 60, "answers from engine_a")
+    since = now_ts()
+    r, report = restart(play, tmp_path, "-e", "restart_policy=always", inventory=TWO_ENGINES)
+    assert r.rc == 0
+    assert [(e["name"], e["outcome"], e["drain"]) for e in report["engines"]] == [
+        ("engine_b", "restarted", "none"), ("engine_a", "restarted", "repoint")], report
+    assert "the consumers use engine_b while it restarts" in r.stdout
+    assert f"OPENAI_BASE_URL={ENGINE_URL}" in endpoint_env()
+    mark = now_ts()
+    wait_for(lambda: summary(mark)["by_base_url"].get(ENGINE_URL, {}).get("ok", 0) >= 3, 60,
+             "answers from engine_a again")
+    s = summary(since)
+    assert s["outcomes"].get("error", 0) == 0 and s["outcomes"].get("fallback", 0) == 0, s
+    assert s["by_base_url"].get(ENGINE_B_URL, {}).get("ok", 0) > 0, "no request went to engine_b"

@@ -1,0 +1,211 @@
+"""Tests for playbooks/awx-restart.yml (roles/awx_restart): the real playbook,
+run by the venv's ansible-playbook and awx.awx 24.6.1 against a fake AWX
+(tests/awx_fake.py), which records every request it gets."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from awx_fake import FakeAWX
+
+REPO = Path(__file__).resolve().parents[2]
+TOKEN = "t0ken-for-the-fake"
+# Shaped like a real key, so that a leak of any one line of it shows.
+KEY_BODY = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQfakefakefake"
+KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\n%s\n-----END OPENSSH PRIVATE KEY-----\n" % KEY_BODY
+RRULE = "DTSTART;TZID=Europe/Berlin:20261201T033000 RRULE:FREQ=DAILY;INTERVAL=1"
+JOB_TEMPLATE = "vllm-fleet rolling restart"
+
+
+def play(awx: FakeAWX, *extra: str) -> subprocess.CompletedProcess:
+    """One run of the playbook against ``awx``, as an operator runs it, plus ``extra`` arguments."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), CONTROLLER_HOST=awx.url,
+               CONTROLLER_OAUTH_TOKEN=TOKEN, ANSIBLE_FORCE_COLOR="0",
+               PATH="%s:%s" % (REPO / ".venv" / "bin", os.environ.get("PATH", "")))
+    # -i "localhost," leaves interpreter discovery free to pick a broken shim; the
+    # modules run on the controller, so they get the venv's python.
+    return subprocess.run(
+        [str(REPO / ".venv" / "bin" / "ansible-playbook"), "playbooks/awx-restart.yml",
+         "-i", "localhost,", "-c", "local",
+         "-e", "ansible_python_interpreter=%s" % (REPO / ".venv" / "bin" / "python"),
+         "-e", "awx_restart_scm_url=https://git.example/vllm-fleet.git",
+         "-e", json.dumps({"awx_restart_ssh_key": KEY}), *extra],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def recap(result: subprocess.CompletedProcess) -> dict:
+    """localhost's PLAY RECAP counts: {'ok': 9, 'changed': 6, ...}."""
+    line = re.search(r"^localhost\s+:\s+(.*)$", result.stdout, re.M)
+    assert line, result.stdout[-3000:] + result.stderr[-2000:]
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line.group(1))}
+
+
+def ran(result: subprocess.CompletedProcess) -> str:
+    return "rc %d\n%s\n%s" % (result.returncode, result.stdout[-4000:], result.stderr[-2000:])
+
+
+@pytest.fixture(scope="module")
+def configured():
+    """A fake AWX that the playbook configured, then a second run with the same input."""
+    with FakeAWX(TOKEN) as awx:
+        first = play(awx)
+        mark = len(awx.requests)
+        second = play(awx)
+        yield SimpleNamespace(awx=awx, first=first, second=second, mark=mark)
+
+
+@pytest.fixture(scope="module")
+def removed():
+    """A fake AWX that the playbook configured and then took the restart away from (state absent)."""
+    with FakeAWX(TOKEN) as awx:
+        first = play(awx)
+        assert first.returncode == 0, ran(first)
+        mark = len(awx.requests)
+        absent = play(awx, "-e", "awx_restart_state=absent")
+        yield SimpleNamespace(awx=awx, absent=absent, mark=mark)
+
+
+def test_a_first_run_creates_everything_the_restart_needs(configured):
+    """The whole chain AWX needs to run the restart on its own: project, inventory
+    sourced from it, credential, job template with its survey, schedule, wired by id."""
+    awx, result = configured.awx, configured.first
+    assert result.returncode == 0, ran(result)
+    assert recap(result)["changed"] == 6, ran(result)
+    org = awx.one("organizations", name="Default")["id"]
+
+    project = awx.one("projects", name="vllm-fleet")
+    assert (project["scm_type"], project["scm_url"], project["scm_branch"]) == \
+        ("git", "https://git.example/vllm-fleet.git", "main")
+    assert project["organization"] == org
+    inventory = awx.one("inventories", name="vllm-fleet")
+    assert inventory["organization"] == org
+    source = awx.one("inventory_sources", inventory=inventory["id"])
+    assert (source["source"], source["source_project"], source["source_path"]) == \
+        ("scm", project["id"], "inventory/site/hosts.yml")
+
+    credential = awx.one("credentials", name="vllm-fleet hosts")
+    assert credential["credential_type"] == awx.one("credential_types", name="Machine")["id"]
+    assert credential["inputs"]["username"] == "root"
+    assert credential["inputs"]["ssh_key_data"] == KEY
+
+    template = awx.one("job_templates", name=JOB_TEMPLATE)
+    assert template["playbook"] == "playbooks/rolling-restart.yml"
+    assert (template["project"], template["inventory"]) == (project["id"], inventory["id"])
+    assert template["allow_simultaneous"] is False
+    assert template["survey_enabled"] is True
+    assert awx.related[("job_templates", template["id"], "credentials")] == [credential["id"]]
+    survey = awx.related[("job_templates", template["id"], "survey_spec")]
+    policy = next(q for q in survey["spec"] if q["variable"] == "restart_policy")
+    assert policy["type"] == "multiplechoice"
+    assert policy["choices"] == ["when-degraded", "always"]
+    assert policy["default"] == "when-degraded"
+    assert policy["required"] is True
+
+    schedule = awx.one("schedules", name="vllm-fleet nightly restart")
+    assert schedule["rrule"] == RRULE
+    assert schedule["extra_data"] == {"restart_policy": "when-degraded"}
+    assert schedule["enabled"] is True
+    assert schedule["unified_job_template"] == template["id"]
+
+
+def test_a_second_run_with_the_same_input_changes_nothing(configured):
+    """Idempotence, seen from both sides: ansible reports no change, and AWX got no
+    write at all (a module that PATCHes the same values back would show here)."""
+    result = configured.second
+    assert result.returncode == 0, ran(result)
+    assert recap(result)["changed"] == 0, ran(result)
+    assert configured.awx.writes(since=configured.mark) == []
+    assert len(configured.awx.requests) > configured.mark
+
+
+def test_secrets_are_never_shown(configured):
+    """The ssh key and the controller token reach AWX but never the run's output,
+    on the run that creates the credential nor on the one that finds it."""
+    assert configured.awx.one("credentials")["inputs"]["ssh_key_data"] == KEY
+    for result in (configured.first, configured.second):
+        out = result.stdout + result.stderr
+        for secret in (KEY_BODY, TOKEN):
+            assert secret not in out
+
+
+@pytest.mark.parametrize("rrule,problem", [
+    ("DTSTART;TZID=Europe/Berlin:20261201T033000 RRULE:FREQ=DAILY", "needs INTERVAL"),
+    ("DTSTART;TZID=Europe/Berlin:20261201T033000 RRULE:FREQ=DAILY;INTERVAL=1;COUNT=3;UNTIL=20270101T000000Z",
+     "not both"),
+])
+def test_a_bad_rrule_stops_before_any_call_to_awx(rrule, problem):
+    """AWX refuses a bad RRULE only once the project and template exist; the
+    preflight refuses it first, offline, and says nothing was changed."""
+    with FakeAWX(TOKEN) as awx:
+        result = play(awx, "-e", json.dumps({"awx_restart_rrule": rrule}))
+    assert result.returncode != 0, ran(result)
+    out = " ".join(result.stdout.split())
+    message = re.search(r"msg: '?(Nothing was changed: .*?)'? PLAY RECAP", out)
+    assert message, ran(result)
+    assert problem in message.group(1)
+    assert awx.requests == []
+
+
+def test_check_mode_on_a_configured_awx_reads_but_never_writes(configured):
+    """--check reports what would change (a new branch) and sends no write, but it
+    still talks to AWX: every module looks its objects up with GETs."""
+    awx = configured.awx
+    mark = len(awx.requests)
+    result = play(awx, "--check", "-e", "awx_restart_scm_branch=release")
+    assert result.returncode == 0, ran(result)
+    assert recap(result)["changed"] == 1, ran(result)
+    assert awx.writes(since=mark) == []
+    assert any(r["method"] == "GET" for r in awx.requests[mark:])
+    assert awx.one("projects")["scm_branch"] == "main"
+
+
+@pytest.fixture(scope="module")
+def fresh_check():
+    """--check against an AWX that has none of it yet."""
+    with FakeAWX(TOKEN) as awx:
+        yield SimpleNamespace(awx=awx, result=play(awx, "--check"))
+
+
+def test_check_mode_on_a_fresh_awx_never_writes(fresh_check):
+    """--check sends no POST, PATCH or DELETE; it does contact AWX (GETs), so it
+    needs a reachable controller and a valid token like a real run."""
+    assert fresh_check.awx.writes() == []
+    assert any(r["method"] == "GET" for r in fresh_check.awx.requests)
+
+
+def test_check_mode_on_a_fresh_awx_stops_at_the_first_object_it_would_create(fresh_check):
+    """awx.awx looks up what earlier tasks would have created, so on an AWX where nothing
+    exists yet --check stops at the inventory source (documented in docs/restart.md: run it
+    for real once, then --check shows changes)."""
+    result = fresh_check.result
+    assert result.returncode != 0
+    assert "was not found" in result.stdout + result.stderr, ran(result)
+
+
+def test_absent_deletes_the_schedule_and_the_job_template_only(removed):
+    """state absent takes the restart off the calendar and out of the templates (AWX
+    deletes the template's schedules with it), and leaves the project, inventory and
+    credential that other templates may use."""
+    awx, result = removed.awx, removed.absent
+    assert result.returncode == 0, ran(result)
+    deletes = [r["path"] for r in awx.writes(since=removed.mark)]
+    assert [r["method"] for r in awx.writes(since=removed.mark)] == ["DELETE"]
+    assert deletes[0].startswith("/api/v2/job_templates/")
+    assert awx.objects["schedules"] == [] and awx.objects["job_templates"] == []
+    for kind in ("projects", "inventories", "inventory_sources", "credentials"):
+        assert len(awx.objects[kind]) == 1, kind
+
+
+def test_absent_twice_is_a_no_op(removed):
+    """Taking the restart away again, when it is already gone, changes nothing and succeeds."""
+    mark = len(removed.awx.requests)
+    result = play(removed.awx, "-e", "awx_restart_state=absent")
+    assert removed.awx.writes(since=mark) == []
+    assert result.returncode == 0, ran(result)
+    assert recap(result)["changed"] == 0, ran(result)
