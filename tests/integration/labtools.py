@@ -75,6 +75,13 @@ def on_host(host: str, cmd: str) -> str:
     return lab_sh("ssh", host, cmd, check=False).stdout
 
 
+def stop_engines() -> None:
+    """Stop vLLM and Ray on the lab's engine hosts, so the next converge may give them another
+    shape (docs/provisioning.md: moving a host between engines)."""
+    for host in ("lab1", "lab2"):
+        on_host(host, "systemctl stop vllm.service ray.service")
+
+
 def lab_args(**extra) -> dict:
     """The lab's own vllm_server_args plus ``extra``: -e replaces the whole dict."""
     import yaml

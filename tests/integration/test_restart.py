@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from labtools import LAB_INVENTORY, REPO, lab_sh, on_host
+from labtools import LAB_INVENTORY, REPO, lab_sh, on_host, stop_engines
 from test_serving_modes import CLIENT, endpoint_env, now_ts, summary, wait_for
 
 pytestmark = pytest.mark.lab
@@ -221,7 +221,11 @@ def test_two_engines_restart_one_after_the_other_with_zero_failed_requests(clien
     """2. The lab as two one-host engines: engine_b (no consumer uses it) restarts first with
     nothing to drain, then engine_a, the consumers' engine, with them repointed at engine_b and
     back; zero failed requests. Runs last and leaves the lab in that shape: test_diagnose.py's
-    engine play (inventory/lab) puts the TP2 engine back."""
+    fixture reshapes it to the TP2 engine with the field's pool (one converge instead of two).
+
+    Moving a host from one engine to another needs both engines stopped first (a known gap:
+    the Ray unit's new role is waited for before the whole-engine restart; docs/provisioning.md)."""
+    stop_engines()
     assert play("playbooks/engine.yml", inventory=TWO_ENGINES).rc == 0, "the two engines did not converge"
     mark = now_ts()
     wait_for(lambda: summary(mark)["by_base_url"].get(ENGINE_URL, {}).get("ok", 0) >= 3, 60, "answers from engine_a")
