@@ -186,7 +186,12 @@ def record(client: EngineClient, model: str, prompt_tokens: int, groups: int = 2
     result["prompt_tokens"] = counted
     samples = []
     try:
-        client.sample(model, prompt, timeout=timeout)  # warm-up, discarded
+        try:
+            client.sample(model, prompt, timeout=timeout)  # warm-up, discarded
+        except PrefillError as exc:
+            # Another request ran meanwhile (a consumer back at once after a
+            # start), or the completion failed: no baseline, and no failure.
+            return None, dict(result, verdict="inconclusive", answered=True, reason="warm-up: %s" % exc)
         for _ in range(groups * GROUP_SIZE):
             samples.append(_quiet_sample(client, model, prompt, timeout))
     except EngineTimeout as exc:

@@ -386,3 +386,13 @@ def test_record_contended(fake, client, fast_settle):
     assert (r["verdict"], r["busy"]) == ("inconclusive", True)
     assert r["reason"] == "busy: another request ran while the baseline was taken"
     assert len(r["samples"]) == 3
+
+
+def test_record_another_request_during_the_warm_up_is_no_failure(fake, client, fast_settle):
+    """A consumer back at once after a start: its request lands beside the warm-up, the
+    prefill count moves by two, and the baseline is simply not recorded (vllm_verify says why)."""
+    fake.on_completion = lambda f, i: setattr(f, "time_count", f.time_count + 1) if i == 0 else None
+    recorded, r = record(client, MODEL, TOKENS)
+    assert recorded is None
+    assert (r["verdict"], r["answered"]) == ("inconclusive", True)
+    assert r["reason"].startswith("warm-up: the engine's prefill time did not move by exactly one request")
