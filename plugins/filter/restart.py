@@ -67,12 +67,9 @@ def rrule_problems(rrule):
 
 def restart_cron_job(venv, private_dir, project_dir, inventory, playbook, lock, rotate=30, syslog_tag=""):
     """The /etc/cron.d command of a scheduled rolling restart (schedule.cron_job)."""
-    logic = _logic("schedule")
-    try:
-        argv = logic.runner_argv(venv, private_dir, project_dir, inventory, playbook, lock, rotate)
-        return logic.cron_job(argv, syslog_tag)
-    except logic.ScheduleError as exc:
-        raise AnsibleFilterError(str(exc)) from None
+    argv = _call("schedule", "ScheduleError", "runner_argv", venv, private_dir, project_dir, inventory, playbook,
+                 lock, rotate)
+    return _call("schedule", "ScheduleError", "cron_job", argv, syslog_tag)
 
 
 class FilterModule:

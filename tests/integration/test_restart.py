@@ -58,6 +58,20 @@ def said(result, text: str) -> bool:
     return " ".join(text.split()) in " ".join(plain.split())
 
 
+def back_on_the_engine_with_nothing_lost(since: str, via: str = "", what: str = "answers from the engine") -> dict:
+    """The consumers point at the engine again and it answers them; since ``since`` the
+    application saw no error and no fallback of its own; ``via`` (a base URL) served some of
+    its requests meanwhile. Returns the client's summary."""
+    assert f"OPENAI_BASE_URL={ENGINE_URL}" in endpoint_env()
+    mark = now_ts()
+    wait_for(lambda: summary(mark)["by_base_url"].get(ENGINE_URL, {}).get("ok", 0) >= 3, 60, what)
+    s = summary(since)
+    assert s["outcomes"].get("error", 0) == 0 and s["outcomes"].get("fallback", 0) == 0, s
+    if via:
+        assert s["by_base_url"].get(via, {}).get("ok", 0) > 0, f"no request went to {via}"
+    return s
+
+
 def engine_started_at() -> str:
     return on_host("lab1", "systemctl show -p ActiveEnterTimestampMonotonic --value vllm.service").strip()
 
@@ -87,13 +101,7 @@ def test_when_degraded_finds_the_slow_down_restarts_and_cures_it_with_planned_fa
     assert engine["prefill_s_per_token_after"] > 0
     # Back on the engine, and the application saw no error: its requests went
     # to the fallback while the engine restarted (planned), then back.
-    assert f"OPENAI_BASE_URL={ENGINE_URL}" in endpoint_env()
-    mark = now_ts()
-    wait_for(lambda: summary(mark)["by_base_url"].get(ENGINE_URL, {}).get("ok", 0) >= 3, 60,
-             "answers from the restarted engine")
-    s = summary(since)
-    assert s["outcomes"].get("error", 0) == 0 and s["outcomes"].get("fallback", 0) == 0, s
-    assert s["by_base_url"].get(FALLBACK_URL, {}).get("ok", 0) > 0, "no request went to the planned fallback"
+    back_on_the_engine_with_nothing_lost(since, via=FALLBACK_URL, what="answers from the restarted engine")
 
     # The probe sees the recovery: a quiet engine now reads healthy and is skipped.
     on_host("lab3", f"systemctl stop {CLIENT}")
@@ -145,12 +153,7 @@ def test_a_failure_mid_restart_leaves_the_consumers_on_the_fallback_and_a_rerun_
     r, report = restart(play, tmp_path)
     assert r.rc == 0
     assert report["engines"][0]["outcome"] == "restarted" and report["engines"][0]["verdict"] == "down", report
-    assert f"OPENAI_BASE_URL={ENGINE_URL}" in endpoint_env()
-    mark = now_ts()
-    wait_for(lambda: summary(mark)["by_base_url"].get(ENGINE_URL, {}).get("ok", 0) >= 3, 60,
-             "answers from the engine again")
-    s = summary(since)
-    assert s["outcomes"].get("error", 0) == 0 and s["outcomes"].get("fallback", 0) == 0, s
+    back_on_the_engine_with_nothing_lost(since, what="answers from the engine again")
 
 
 def client_summary(log: str) -> dict:
@@ -246,13 +249,7 @@ def test_two_engines_restart_one_after_the_other_with_zero_failed_requests(clien
     assert [(e["name"], e["outcome"], e["drain"]) for e in report["engines"]] == [
         ("engine_b", "restarted", "none"), ("engine_a", "restarted", "repoint")], report
     assert said(r, "the consumers use engine_b while it restarts")
-    assert f"OPENAI_BASE_URL={ENGINE_URL}" in endpoint_env()
-    mark = now_ts()
-    wait_for(lambda: summary(mark)["by_base_url"].get(ENGINE_URL, {}).get("ok", 0) >= 3, 60,
-             "answers from engine_a again")
-    s = summary(since)
-    assert s["outcomes"].get("error", 0) == 0 and s["outcomes"].get("fallback", 0) == 0, s
-    assert s["by_base_url"].get(ENGINE_B_URL, {}).get("ok", 0) > 0, "no request went to engine_b"
+    back_on_the_engine_with_nothing_lost(since, via=ENGINE_B_URL, what="answers from engine_a again")
 
 
 def test_two_engines_in_gate_mode_the_gate_drains_each_in_turn(client, play, tmp_path):
