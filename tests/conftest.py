@@ -25,6 +25,13 @@ if str(REPO / "library") not in sys.path:
     sys.path.insert(0, str(REPO / "library"))
 
 from ansible.module_utils.testing import patch_module_args  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+# Property tests (tests/hostile.py): no deadline, since a 2-core CI machine's
+# timing noise is not a finding; hostile inputs are large by design.
+settings.register_profile("vllm-fleet", deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                           HealthCheck.data_too_large])
+settings.load_profile("vllm-fleet")
 
 
 class ModuleExit(Exception):

@@ -1,0 +1,186 @@
+"""Hostile input for the parsers' property tests, in one place.
+
+Every parser in ``plugins/module_utils/`` reads text that someone else wrote:
+a journal that logs prompts, a tool's output, a file on a host. Its property
+tests draw from the strategies here and assert with the checks here:
+
+- ``raises_only(documented, fn, *args)``: no exception but the documented one;
+- ``assert_numbers_from(values, text)``: no number that is not in the input;
+- ``cut_points(line)``: a real line cut at every point (a cut line never yields
+  a larger number than the whole line);
+- ``assert_linear(fn, build)``: the time grows linearly with the input (one
+  run, a ratio, so a noisy machine does not fail it; speed targets live in
+  ``bench/``).
+
+The kinds of input that broke the parsers before (the hardening issue): numbers
+past Python's 4,300-digit limit, non-ASCII digits, deep brackets, bad Python
+literals, runs of spaces after a matching prefix, a keyword's prefix repeated
+for a MiB, and look-alike lines quoted inside logged prompts.
+"""
+from __future__ import annotations
+
+import re
+import time
+import typing as t
+
+from hypothesis import strategies as st
+
+# Digits that str.isdigit() and an un-ASCII `\d` accept, but no tool prints
+# as a figure: Arabic-Indic, Extended Arabic-Indic, Devanagari, superscripts,
+# full-width.
+NON_ASCII_DIGITS = "٠١٢٣٤٥٦٧٨٩" "۰۱۲۳۴۵۶۷۸۹" "०१२३४५६७८९" "¹²³⁴⁵⁶⁷⁸⁹⁰" "０１２３４５６７８９"
+
+# Bytes a journal, a terminal or a careless copy puts into a line.
+NOISE = ("\x00", "\r", "\r\n", "\x1b[31m", "\x1b[0m", "\x1b]0;title\x07", "\ufeff", "\u00a0",
+         "\t", "\x7f", "\ufffd", "\u2028", "\x0c", "\x85")
+
+# Python's int() refuses more than 4,300 digits (sys.int_info.default_max_str_digits).
+HUGE_DIGITS = 5000
+HUGE_NUMBER = "9" * HUGE_DIGITS
+
+MIB = 1024 * 1024
+
+
+def non_ascii_number(digits: str = "12345") -> str:
+    """``digits`` written in Arabic-Indic digits (a look-alike of a figure)."""
+    return digits.translate(str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩"))
+
+
+def nested(depth: int = 2000, opening: str = "[", closing: str = "]", inner: str = "1") -> str:
+    return opening * depth + inner + closing * depth
+
+
+# --- strategies ------------------------------------------------------------
+
+def any_text(max_size: int = 2000) -> st.SearchStrategy[str]:
+    """Arbitrary text, arbitrary bytes read as UTF-8 or Latin-1, and noise."""
+    return st.one_of(
+        st.text(max_size=max_size),
+        st.binary(max_size=max_size).map(lambda b: b.decode("utf-8", "replace")),
+        st.binary(max_size=max_size).map(lambda b: b.decode("latin-1")),
+        st.lists(st.sampled_from(NOISE + tuple(NON_ASCII_DIGITS) + ("9", "0", " ", "\n", ",", ".")),
+                 max_size=200).map("".join),
+    )
+
+
+def mutated(lines: t.Sequence[str]) -> st.SearchStrategy[str]:
+    """A real line with one hostile change: cut, noise inserted, digits made
+    non-ASCII or 5,000 long, or repeated, or its tail replaced with spaces."""
+    def mutate(line: str, how: str, where: float, noise: str) -> str:
+        at = int(len(line) * where)
+        if how == "cut":
+            return line[:at]
+        if how == "noise":
+            return line[:at] + noise + line[at:]
+        if how == "non_ascii_digits":
+            return line.translate(str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩"))
+        if how == "huge_digits":
+            return re.sub(r"\d+", lambda m: m.group(0) + HUGE_NUMBER, line, count=1)
+        if how == "spaces":
+            return line[:at] + " " * 5000
+        if how == "doubled":
+            return line[:at] + line
+        return line
+
+    return st.builds(
+        mutate,
+        st.sampled_from(list(lines)),
+        st.sampled_from(["cut", "noise", "non_ascii_digits", "huge_digits", "spaces", "doubled", "same"]),
+        st.floats(0, 1),
+        st.sampled_from(NOISE),
+    )
+
+
+def documents(lines: t.Sequence[str], max_lines: int = 30) -> st.SearchStrategy[str]:
+    """A document of real lines, mutated lines and arbitrary text, joined by
+    newlines (sometimes CRLF, sometimes with the last line cut)."""
+    line = st.one_of(st.sampled_from(list(lines)), mutated(lines), any_text(200))
+    return st.builds(lambda ls, sep: sep.join(ls),
+                     st.lists(line, max_size=max_lines), st.sampled_from(["\n", "\r\n", "\n\n"]))
+
+
+# --- checks ----------------------------------------------------------------
+
+def raises_only(documented, fn: t.Callable, *args, **kwargs):
+    """Call ``fn``; return its result, or None when it raised ``documented``.
+
+    Any other exception propagates, so hypothesis shrinks the input and the
+    test names the undocumented exception."""
+    try:
+        return fn(*args, **kwargs)
+    except documented:
+        return None
+
+
+_FIGURE = re.compile(r"[0-9][0-9,_]*(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?", re.ASCII)
+
+
+def numbers_in(text: str) -> set:
+    """Every figure written in ``text`` in ASCII digits, as int and float
+    values: with and without thousands separators, and each digit run alone."""
+    found: set = set()
+    for match in _FIGURE.finditer(text):
+        token = match.group(0).rstrip(",_")
+        for candidate in {token.replace(",", "").replace("_", ""), *re.split(r"[,_]", token)}:
+            if not candidate or len(candidate) > 4000:
+                continue
+            try:
+                value = float(candidate)
+            except ValueError:
+                continue
+            found.add(value)
+            if value.is_integer():
+                found.add(int(value))
+    for run in re.findall(r"[0-9]+", text, re.ASCII):
+        if len(run) <= 4000:
+            found.add(int(run))
+    return found
+
+
+def assert_numbers_from(values: t.Iterable, text: str, scale: t.Iterable[float] = (1,)) -> None:
+    """Every number in ``values`` is written in ``text`` (times one of
+    ``scale``, for a parser that converts units). Bools and None are skipped."""
+    present = numbers_in(text)
+    for value in values:
+        if value is None or isinstance(value, bool):
+            continue
+        assert isinstance(value, (int, float)), f"not a number: {value!r}"
+        assert any(_close(value, p * s) for p in present for s in scale), \
+            f"{value!r} is not a figure in the input"
+
+
+def _close(a: float, b: float) -> bool:
+    return a == b or abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1.0)
+
+
+def cut_points(line: str, step: int = 1) -> t.Iterator[str]:
+    """Every prefix of ``line`` (a line cut at every point), longest last."""
+    for at in range(0, len(line) + 1, step):
+        yield line[:at]
+
+
+def assert_linear(fn: t.Callable[[t.Any], t.Any], build: t.Callable[[int], t.Any],
+                  small: int = 256 * 1024, factor: int = 8, bound: float = 24.0,
+                  floor_s: float = 0.05) -> None:
+    """``fn(build(n))`` grows about linearly with ``n``.
+
+    Times ``small`` and ``small * factor`` (best of three each, in one run).
+    Linear growth gives a ratio near ``factor``, quadratic near ``factor**2``;
+    the test fails past ``bound``. A large input done within ``floor_s`` passes
+    whatever the ratio (timer noise)."""
+    def best(n: int) -> float:
+        data = build(n)
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            fn(data)
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    t_small = best(small)
+    t_large = best(small * factor)
+    if t_large <= floor_s:
+        return
+    ratio = t_large / max(t_small, 1e-6)
+    assert ratio < bound, (f"{small * factor} chars took {t_large:.3f} s, {ratio:.1f}x the time of "
+                           f"{small} chars ({t_small:.4f} s): not linear")
