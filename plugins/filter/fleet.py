@@ -39,6 +39,7 @@ RETIRED = {
     "vllm_server_socket_ifname": "vllm_fleet_socket_ifname",
     "ray_cluster_socket_ifname": "vllm_fleet_socket_ifname",
     "gpu_preflight_interface": "vllm_fleet_socket_ifname",
+    "vllm_server_probe_timeout": "vllm_verify_generate_timeout_s (a token slower than that is a wedged engine)",
 }
 
 

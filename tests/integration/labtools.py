@@ -13,6 +13,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 LAB_INVENTORY = REPO / "inventory" / "lab" / "hosts.yml"
 LAB_ENGINE_VARS = REPO / "inventory" / "lab" / "group_vars" / "vllm_engines" / "engine.yml"
+LAB_SECRETS = REPO / "inventory" / "lab" / "group_vars" / "all" / "secrets.yml"
+
+
+def lab_secrets() -> dict:
+    """The lab's keys (the engines', the gate's clients', the gate's admin token): every
+    client a test runs carries them, and test_secrets.py looks for them in all output."""
+    import yaml
+
+    return yaml.safe_load(LAB_SECRETS.read_text())
+
+
+def engine_key() -> str:
+    return lab_secrets()["vllm_server_api_key"]
 
 
 @dataclass

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from labtools import REPO, lab_args, lab_sh, stop_engines
+from labtools import REPO, engine_key, lab_args, lab_sh, stop_engines
 
 BASE_URL = "http://10.200.0.11:8000"
 SMALL_POOL = lab_args(num_gpu_blocks_override=37, max_num_batched_tokens=512)
@@ -75,7 +75,7 @@ class Sessions:
     def __init__(self, n: int = 3):
         import openai
 
-        self.client = openai.OpenAI(base_url=BASE_URL + "/v1", api_key="unused", timeout=120, max_retries=0)
+        self.client = openai.OpenAI(base_url=BASE_URL + "/v1", api_key=engine_key(), timeout=120, max_retries=0)
         self.stop = threading.Event()
         self.errors: list[str] = []
         self.done = 0

@@ -39,10 +39,10 @@ def endpoint_env() -> str:
     return on_host("lab3", "cat /etc/vllm-fleet/endpoint.env")
 
 
-def consumer_endpoint() -> tuple[str, str]:
-    """The base URL and model the consumers are pointed at now."""
+def consumer_endpoint() -> tuple[str, str, str | None]:
+    """The base URL, model and API key the consumers are pointed at now."""
     env = dict(line.split("=", 1) for line in endpoint_env().splitlines() if "=" in line and not line.startswith("#"))
-    return env["OPENAI_BASE_URL"], env["OPENAI_MODEL"]
+    return env["OPENAI_BASE_URL"], env["OPENAI_MODEL"], env.get("OPENAI_API_KEY")
 
 
 def gate_health() -> str:
@@ -102,8 +102,8 @@ def test_both_cutovers_under_load_have_zero_errors_and_zero_fallbacks(client, pl
     wait_for(lambda: summary(since)["by_mode"].get("gate", {}).get("ok", 0) >= 5, 60, "answers through the gate")
     # An application sees the same API through the gate as from the engine:
     # the official client's suite, here and again after the cutover back.
-    gate_url, model = consumer_endpoint()
-    via_gate = run_suite(gate_url, model)
+    gate_url, model, gate_key = consumer_endpoint()
+    via_gate = run_suite(gate_url, model, gate_key)
 
     r = play("playbooks/direct-cutover.yml", "-e", "vllm_fleet_confirm=direct")
     assert r.rc == 0
@@ -115,9 +115,9 @@ def test_both_cutovers_under_load_have_zero_errors_and_zero_fallbacks(client, pl
     assert again.rc == 0 and again.changed() == {}
     mark = now_ts()
     wait_for(lambda: summary(mark)["by_mode"].get("direct", {}).get("ok", 0) >= 5, 60, "answers from the engine")
-    direct_url, model = consumer_endpoint()
+    direct_url, model, engine_key = consumer_endpoint()
     assert direct_url != gate_url
-    assert run_suite(direct_url, model) == via_gate
+    assert run_suite(direct_url, model, engine_key) == via_gate
 
     s = summary(since)
     assert s["outcomes"].get("fallback", 0) == 0, s

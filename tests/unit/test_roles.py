@@ -20,7 +20,7 @@ TASK_ROLES = [p for p in ROLE_DIRS if (p / "tasks").is_dir()]
 API_ROLES = {"awx_restart": "tests/unit/test_awx_restart.py (the playbook against a fake AWX API)"}
 LAB_ROLES = [p for p in TASK_ROLES if p.name not in API_ROLES]
 # Shared secrets, checked by the preflight of the role that uses each.
-SECRETS = {"gate_service_admin_token", "vllm_server_api_key"}
+SECRETS = {"gate_service_admin_token", "vllm_server_api_key", "gate_service_api_keys", "vllm_fleet_fallback_api_key"}
 REPO = ROLES.parent
 
 

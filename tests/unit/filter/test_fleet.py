@@ -540,6 +540,7 @@ RETIRED_CASES = [
     ("vllm_server_socket_ifname", "eth0"),
     ("ray_cluster_socket_ifname", "eth0"),
     ("gpu_preflight_interface", "eth0"),
+    ("vllm_server_probe_timeout", 60),
 ]
 
 
