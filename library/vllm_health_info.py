@@ -27,7 +27,7 @@ options:
     description: The systemd unit that runs the server on this host. Omit to probe the URL only.
     type: str
   timeout:
-    description: Seconds one probe may take; must be positive.
+    description: Seconds one probe may take; must be positive and at most 86400 (a day).
     type: int
     default: 5
   journal_lines:

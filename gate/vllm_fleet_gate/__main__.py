@@ -44,8 +44,9 @@ async def serve(config: Config, access_sink: Callable[[str], None] | None = None
     """Run until SIGTERM/SIGINT, then stop gracefully. Returns the exit status."""
     gate = Gate(config, access_sink=access_sink)
     # handler_cancellation: a client that disconnects cancels its handler,
-    # which is how a queued waiter leaves the queue.
-    runner = web.AppRunner(gate.make_app(), handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
+    # which is how a queued waiter leaves the queue. The gate's options: the
+    # idle timeout (it also bounds trickled headers) and its server logger.
+    runner = web.AppRunner(gate.make_app(), handler_cancellation=True, shutdown_timeout=1.0, **gate.server_options())
     await runner.setup()
     site = web.TCPSite(runner, config.listen_host, config.listen_port, backlog=1024, reuse_address=True)
     try:

@@ -16,6 +16,13 @@ Run it with a runner that has ``handler_cancellation=True`` (``__main__``
 does; aiohttp's test server does too): a client that goes away cancels its
 handler, and the handler's ``finally`` takes it out of the queue or frees its
 reservation and closes the engine connection, so vLLM aborts the request.
+``Gate.server_options()`` holds the rest of the runner's options: the idle
+timeout that also bounds trickled headers, and the server logger that logs
+a client's malformed HTTP as one WARNING line rather than an ERROR with a
+traceback.
+
+The gate's own HTTP surface is described in ``openapi.json`` beside this
+module (served at GET /openapi.json); a test holds it to the route table.
 """
 from __future__ import annotations
 
@@ -25,13 +32,17 @@ import json
 import logging
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
+from importlib import resources
+from typing import Any
 
 import aiohttp
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from .admission import (
     ADMITTED,
@@ -55,9 +66,19 @@ from .metrics import CONTENT_TYPE, Metrics
 log = logging.getLogger("vllm_fleet_gate")
 access_log = logging.getLogger("vllm_fleet_gate.access")
 
-# The gate's own paths, never passed to an engine (the engine's /health and
-# /metrics are the engine's, not the gate's), and everything under /admin.
-_OWN_PATHS = frozenset(("/health", "/metrics"))
+# The gate's own paths, never passed to an engine (the engine's /health,
+# /metrics and /openapi.json are the engine's, not the gate's), and
+# everything under /admin.
+_OWN_PATHS = frozenset(("/health", "/metrics", "/openapi.json"))
+
+# The spec of the gate's own HTTP surface, a data file of the package.
+SPEC_FILE = "openapi.json"
+
+# JSON nested deeper than this is refused (400 json_too_deep). No OpenAI
+# request comes near it (a tool's JSON schema is a few dozen levels), and
+# deeper bodies overflow the recursion of the JSON parser, of the counting of
+# messages and of the /tokenize body's encoding.
+MAX_JSON_DEPTH = 128
 
 # Only these cross the gate; Authorization never does (see upstream_api_key).
 _REQUEST_HEADERS = ("Accept", "X-Request-Id", "traceparent", "tracestate")
@@ -69,6 +90,7 @@ _ERROR_TYPES = {
     403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    408: "invalid_request_error",
     413: "invalid_request_error",
     429: "rate_limit_error",
     502: "upstream_error",
@@ -87,12 +109,79 @@ _REJECTIONS = {
 
 
 def error_response(status: int, message: str, code: str, *, retry_after: int | None = None,
-                   headers: dict | None = None) -> web.Response:
-    """An OpenAI-style error body."""
+                   headers: dict | None = None, close: bool = False) -> web.Response:
+    """An OpenAI-style error body. ``close``: end the connection after it
+    (a body the gate stopped reading is still arriving)."""
     body = {"error": {"message": message, "type": _ERROR_TYPES.get(status, "error"), "param": None, "code": code}}
     if retry_after:
         headers = {**(headers or {}), "Retry-After": str(retry_after)}
-    return web.json_response(body, status=status, headers=headers)
+    resp = web.json_response(body, status=status, headers=headers)
+    if close:
+        resp.force_close()
+    return resp
+
+
+def spec_bytes() -> bytes:
+    """The gate's OpenAPI spec, as the package holds it."""
+    return resources.files(__package__).joinpath(SPEC_FILE).read_bytes()
+
+
+class BodyRefused(Exception):
+    """A request body the gate will not take: too large, too slow, not
+    well-formed HTTP, not JSON, or nested too deeply."""
+
+    def __init__(self, status: int, reason: str, message: str, code: str, *, close: bool = False):
+        super().__init__(message)
+        self.status, self.reason, self.message, self.code, self.close = status, reason, message, code, close
+
+
+def _first_line(exc: BaseException) -> str:
+    """aiohttp's parse error in one printable line, without the client's
+    bytes it quotes below the first line."""
+    text = getattr(exc, "message", "") or str(exc) or type(exc).__name__
+    line = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    line = "".join(c if c.isprintable() else "?" for c in line.rstrip(":"))
+    return line[:200]
+
+
+def too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether decoded JSON nests lists and objects more than ``limit`` deep
+    (without recursion, so any depth can be checked)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        for child in node.values() if isinstance(node, dict) else node:
+            if isinstance(child, (dict, list)):
+                if depth >= limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
+
+
+def parse_json(body: bytes) -> Any:
+    """A request body decoded as JSON; BodyRefused (400) when it is not JSON
+    or nests deeper than MAX_JSON_DEPTH."""
+    deep = BodyRefused(400, "bad_request", f"The request body nests JSON deeper than {MAX_JSON_DEPTH} levels.",
+                       "json_too_deep")
+    try:
+        payload = json.loads(body)
+    except RecursionError:
+        raise deep from None
+    except ValueError:
+        raise BodyRefused(400, "bad_request", "The request body is not valid JSON.", "invalid_json") from None
+    # Each level needs a bracket, so a body with fewer than the limit cannot
+    # be too deep: the common case costs two counts at C speed.
+    if isinstance(payload, (dict, list)) and body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH:
+        if too_deep(payload):
+            raise deep
+    return payload
+
+
+def _forwardable(value: str) -> bool:
+    """Whether a client's header value can be sent on to an engine: aiohttp
+    refuses to send control characters, and cannot encode the undecodable
+    bytes it kept from the client (as surrogates)."""
+    return value.isprintable() or value.replace("\t", " ").isprintable()
 
 
 def connect_reason(exc: aiohttp.ClientConnectorError) -> str:
@@ -118,7 +207,9 @@ def _bearer(request: web.Request) -> bytes | None:
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
         return None
-    return token.encode()
+    # aiohttp keeps bytes that are not UTF-8 as surrogates: these give them
+    # back, so any bytes compare (and match no key) rather than raise.
+    return token.encode("utf-8", "surrogateescape")
 
 
 @dataclass
@@ -170,6 +261,9 @@ class Gate:
         self._tokenize_mode = config.token_count_mode == "tokenize"
         self._passing = 0  # passthrough requests in flight (for a graceful stop)
         self._admin_paths = {path: method for method, path in self._admin_routes()}
+        self._spec = spec_bytes()
+        self._last_malformed_log = float("-inf")
+        self._malformed_unlogged = 0
 
     # -- wiring -----------------------------------------------------------
     def make_app(self) -> web.Application:
@@ -179,12 +273,24 @@ class Gate:
             add.add_post(path, self._admitted(reader))
         add.add_get("/health", self.handle_health)
         add.add_get("/metrics", self.handle_metrics)
+        add.add_get("/openapi.json", self.handle_openapi)
         for (method, path), handler in self._admin_routes().items():
             add.add_route(method, path, handler)
         # Last: everything else, any method, goes to an engine as it is.
         add.add_route("*", "/{path:.*}", self.handle_passthrough)
         app.cleanup_ctx.append(self._lifecycle)
         return app
+
+    def server_options(self) -> dict:
+        """The aiohttp runner's options for this gate (besides
+        ``handler_cancellation=True``, which every runner of the gate needs):
+        the idle timeout, which also closes a connection whose headers
+        trickle in, and the server logger."""
+        return {
+            "access_log": None,
+            "keepalive_timeout": self.config.client_idle_timeout_s,
+            "logger": _ServerLog(self),
+        }
 
     def _admin_routes(self) -> dict:
         return {
@@ -220,6 +326,9 @@ class Gate:
         except asyncio.CancelledError:
             ex.status = CLIENT_CLOSED
             raise
+        except Exception:
+            ex.status = 500  # aiohttp answers 500 and logs the traceback
+            raise
         finally:
             if reader is not None:
                 self.metrics.response(ex.status)
@@ -236,13 +345,62 @@ class Gate:
             self.metrics.rejected.labels("unauthorized").inc()
             return denied
         try:
-            return await request.read()
+            return await self._read_body(request)
+        except BodyRefused as exc:
+            return self._refused(ex, exc)
+
+    async def _read_body(self, request: web.Request) -> bytes:
+        """The whole body, within ``max_request_bytes`` and
+        ``client_timeouts.body_s``. Raises BodyRefused."""
+        limit = self.config.max_request_bytes
+        too_large = BodyRefused(
+            413, "bad_request", f"The request body is larger than the gate's limit ({limit} bytes).",
+            "request_too_large",
+        )
+        length = request.content_length
+        if length is not None and length > limit:
+            raise too_large  # said so up front: not worth reading
+        try:
+            if request.content.is_eof():
+                return await request.read()  # all here already: no wait, no timer
+            async with asyncio.timeout(self.config.client_body_timeout_s):
+                return await request.read()
         except web.HTTPRequestEntityTooLarge:
-            return self._reject(
-                ex, 413, "bad_request",
-                f"The request body is larger than the gate's limit ({self.config.max_request_bytes} bytes).",
-                "request_too_large",
-            )
+            raise too_large from None
+        except TimeoutError:
+            raise BodyRefused(
+                408, "request_timeout",
+                f"The request body did not arrive within {self.config.client_body_timeout_s:g} s.",
+                "request_timeout", close=True,
+            ) from None
+        except HttpProcessingError as exc:
+            # Broken framing after the headers (a bad chunk, a short body).
+            self._malformed(request.remote, exc)
+            raise BodyRefused(
+                400, "malformed_request", f"The request body is malformed: {_first_line(exc)}.",
+                "malformed_body", close=True,
+            ) from None
+        except asyncio.CancelledError:
+            self.metrics.client_disconnects.labels("body").inc()
+            raise
+
+    def _refused(self, ex: _Exchange, exc: BodyRefused) -> web.Response:
+        self.metrics.rejected.labels(exc.reason).inc()
+        ex.reason = exc.reason
+        return error_response(exc.status, exc.message, exc.code, close=exc.close)
+
+    def _malformed(self, remote: str | None, exc: BaseException) -> None:
+        """A client's malformed HTTP: counted, and logged as one WARNING line
+        without a traceback, at most one a second (the metric counts every
+        one), so no client can fill the journal."""
+        self.metrics.rejected.labels("malformed_request").inc()
+        now = time.monotonic()
+        if now - self._last_malformed_log < 1.0:
+            self._malformed_unlogged += 1
+            return
+        more = f"; {self._malformed_unlogged} more since the last such line" if self._malformed_unlogged else ""
+        self._last_malformed_log, self._malformed_unlogged = now, 0
+        log.warning("malformed HTTP request from %s: %s (answered 400)%s", remote or "-", _first_line(exc), more)
 
     async def _lifecycle(self, app: web.Application):
         await self.start()
@@ -401,9 +559,9 @@ class Gate:
         if isinstance(body, web.Response):
             return body
         try:
-            payload = json.loads(body)
-        except ValueError:
-            return self._bad(ex, "The request body is not valid JSON.", "invalid_json")
+            payload = parse_json(body)
+        except BodyRefused as exc:
+            return self._refused(ex, exc)
         if not isinstance(payload, dict):
             return self._bad(ex, "The request body must be a JSON object.", "invalid_json")
         ex.stream = payload.get("stream") is True
@@ -542,10 +700,12 @@ class Gate:
         query, body) and relay the answer. ``admitted``: a generation
         request, timed in the engine-latency metrics."""
         ctype = request.headers.get("Content-Type")
+        if ctype is not None and not _forwardable(ctype):
+            ctype = None
         headers = {"Content-Type": ctype or "application/json"} if admitted or ctype else {}
         for key in _REQUEST_HEADERS:
             value = request.headers.get(key)
-            if value is not None:
+            if value is not None and _forwardable(value):
                 headers[key] = value
         headers.update(self._upstream_auth)
         url = self.bases[name]
@@ -610,12 +770,26 @@ class Gate:
         resp = web.StreamResponse(status=upstream.status, headers=self._response_headers(upstream))
         await resp.prepare(request)
         first = sent is not None
+        transport = request.transport
+        # A write waits only once the client stops reading and the buffer
+        # fills; then it is timed (a timer on every chunk would cost more than
+        # the relay): from an empty buffer, a chunk up to the low-water mark
+        # cannot wait.
+        low = transport.get_write_buffer_limits()[0] if transport is not None else 0
         try:
             async for chunk in upstream.content.iter_any():
                 if first:
                     self.metrics.first_byte_by[name].observe(time.perf_counter() - sent)
                     first = False
-                await resp.write(chunk)
+                if transport is None or (not transport.get_write_buffer_size() and len(chunk) <= low):
+                    await resp.write(chunk)
+                else:
+                    try:
+                        async with asyncio.timeout(self.config.client_write_timeout_s):
+                            await resp.write(chunk)
+                    except TimeoutError:
+                        self._cut_stalled(request, upstream, ex)
+                        return resp
         except ConnectionResetError:
             # The client went away between two chunks (seen as a write error
             # when the handler is not cancelled first).
@@ -637,6 +811,20 @@ class Gate:
             return resp
         await resp.write_eof()
         return resp
+
+    def _cut_stalled(self, request: web.Request, upstream: aiohttp.ClientResponse, ex: _Exchange) -> None:
+        """The client stopped reading its stream for write_s: close the engine
+        connection (vLLM aborts the request, the reservation is freed) and
+        drop the client's connection without waiting to flush it."""
+        self.metrics.client_disconnects.labels("stalled").inc()
+        upstream.close()
+        ex.status, ex.reason = CLIENT_CLOSED, "client_stalled"
+        log.warning(
+            "client %s stopped reading its stream for %g s; cut it", request.remote or "-",
+            self.config.client_write_timeout_s,
+        )
+        if request.transport is not None:
+            request.transport.abort()
 
     def _response_headers(self, upstream: aiohttp.ClientResponse) -> dict:
         out = {}
@@ -707,6 +895,10 @@ class Gate:
     async def handle_metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
+    async def handle_openapi(self, request: web.Request) -> web.Response:
+        """The spec of the gate's own HTTP surface (no key needed, as /health)."""
+        return web.Response(body=self._spec, content_type="application/json")
+
     # -- admin API ------------------------------------------------------------------
     def _check_api_key(self, request: web.Request) -> web.Response | None:
         if not self._api_keys:
@@ -732,9 +924,9 @@ class Gate:
 
     async def _admin_body(self, request: web.Request) -> dict | web.Response:
         try:
-            body = json.loads(await request.read() or b"{}")
-        except ValueError:
-            return error_response(400, "The request body is not valid JSON.", "invalid_json")
+            body = parse_json(await self._read_body(request) or b"{}")
+        except BodyRefused as exc:
+            return error_response(exc.status, exc.message, exc.code, close=exc.close)
         if not isinstance(body, dict):
             return error_response(400, "The request body must be a JSON object.", "invalid_json")
         return body
@@ -857,3 +1049,35 @@ class Gate:
             self._access_sink(line)
         else:
             access_log.info(line)
+
+
+class _ServerLog(logging.LoggerAdapter):
+    """aiohttp's server logger for the gate. aiohttp logs a request it cannot
+    parse (a bad request line, bad headers, broken chunked framing) as an
+    ERROR with a traceback, so any client could fill the journal; here it is
+    the gate's one WARNING line (``Gate._malformed``), and aiohttp still
+    answers it 400. An exception in the gate's own handlers stays an ERROR
+    with its traceback: that is a bug to see."""
+
+    def __init__(self, gate: Gate):
+        super().__init__(logging.getLogger("aiohttp.server"), {})
+        self._gate = gate
+
+    def _client_error(self, args: tuple, exc_info: Any) -> bool:
+        exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
+        if not isinstance(exc, HttpProcessingError):
+            return False
+        # aiohttp's call: ("Error handling request from %s", request.remote)
+        self._gate._malformed(args[0] if args and isinstance(args[0], str) else None, exc)
+        return True
+
+    def exception(self, msg, *args, exc_info=True, **kwargs):
+        if not self._client_error(args, exc_info):
+            self.logger.error(msg, *args, exc_info=exc_info, **kwargs)
+
+    def debug(self, msg, *args, **kwargs):
+        # aiohttp logs a first request that is not HTTP at all at DEBUG
+        # (TLS or a scanner on the port): counted and logged the same way.
+        if "exc_info" in kwargs and self._client_error(args, kwargs["exc_info"]):
+            return
+        self.logger.debug(msg, *args, **kwargs)

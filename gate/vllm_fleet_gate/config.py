@@ -58,6 +58,9 @@ class Config:
     retry_after_s: int = 5
     shutdown_timeout_s: float = 60.0
     max_request_bytes: int = 100 * 1024 * 1024
+    client_idle_timeout_s: float = 75.0
+    client_body_timeout_s: float = 120.0
+    client_write_timeout_s: float = 60.0
 
 
 # Section -> {key: default}. A default of _REQUIRED marks a required key.
@@ -80,6 +83,10 @@ _SCHEMA: dict[str, Any] = {
     "retry_after_s": 5,
     "shutdown_timeout_s": 60,
     "max_request_bytes": 100 * 1024 * 1024,
+    # What a slow or stalled client may hold: a connection with no complete
+    # request (idle keep-alive, or headers trickling in), a body still
+    # arriving, a response it does not read.
+    "client_timeouts": {"idle_s": 75, "body_s": 120, "write_s": 60},
 }
 _UPSTREAM_KEYS = ("name", "url", "kv_cache_tokens", "max_model_len")
 MIN_ADMIN_TOKEN_LEN = 16
@@ -277,6 +284,11 @@ def parse_config(raw: Any) -> Config:
     read_s = check.positive("upstream_timeouts.read_s", ut["read_s"])
     keepalive_s = check.positive("upstream_timeouts.keepalive_s", ut["keepalive_s"])
 
+    ct = _section(check, raw, "client_timeouts")
+    idle_s = check.positive("client_timeouts.idle_s", ct["idle_s"])
+    body_s = check.positive("client_timeouts.body_s", ct["body_s"])
+    write_s = check.positive("client_timeouts.write_s", ct["write_s"])
+
     def top(key, fn, **kw):
         return fn(key, raw.get(key, _SCHEMA[key]), **kw)
 
@@ -311,6 +323,9 @@ def parse_config(raw: Any) -> Config:
         retry_after_s=retry_after,
         shutdown_timeout_s=shutdown_timeout,
         max_request_bytes=max_request,
+        client_idle_timeout_s=idle_s,
+        client_body_timeout_s=body_s,
+        client_write_timeout_s=write_s,
     )
 
 

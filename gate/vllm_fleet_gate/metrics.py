@@ -24,9 +24,13 @@ REJECT_REASONS = (
     "queue_timeout",
     "shutting_down",
     "no_ready_upstream",
+    "request_timeout",
+    "malformed_request",
 )
 UPSTREAM_ERROR_KINDS = ("connect", "timeout", "aborted", "other")
-DISCONNECT_STAGES = ("queued", "upstream")
+# body: while sending the body; stalled: stopped reading a stream for
+# client_timeouts.write_s, and was cut by the gate.
+DISCONNECT_STAGES = ("body", "queued", "upstream", "stalled")
 TOKENIZE_FALLBACK_REASONS = ("no_ready_upstream", "timeout", "error")
 
 # Queue waits span a few ms (a busy pool) to many minutes (a hold through an
@@ -91,7 +95,9 @@ class Metrics:
             ["upstream", "kind"], namespace=NS, registry=reg,
         )
         self.client_disconnects = Counter(
-            "client_disconnects", "Clients that went away while queued or while the engine answered.",
+            "client_disconnects",
+            "Clients that went away while sending the body, while queued or while the engine answered; "
+            "stalled: cut by the gate for not reading.",
             ["stage"], namespace=NS, registry=reg,
         )
         self.tokenize_fallbacks = Counter(

@@ -8,6 +8,7 @@ import the project's module_utils through ``ansible.module_utils``.
 """
 from __future__ import annotations
 
+import ipaddress
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -40,6 +41,15 @@ RETIRED = {
     "ray_cluster_socket_ifname": "vllm_fleet_socket_ifname",
     "gpu_preflight_interface": "vllm_fleet_socket_ifname",
     "vllm_server_probe_timeout": "vllm_verify_generate_timeout_s (a token slower than that is a wedged engine)",
+}
+# An engine's name goes into its units, the gate's upstreams (and their
+# metrics labels), the restart plan and the reports.
+ENGINE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,62}")
+# What a head binds and installs on its machine, by backend: two engines
+# whose heads share an address must differ in each of these.
+HEAD_FOOTPRINT = {
+    "ray": ("vllm_server_port", "vllm_server_unit", "ray_cluster_port", "ray_cluster_unit"),
+    "mp": ("vllm_server_port", "vllm_server_unit", "vllm_server_master_port"),
 }
 
 
@@ -75,8 +85,8 @@ def _address(hv: dict, name: str) -> str:
 
 
 def _rank(value):
-    """A non-negative integer rank, or None. The same rule as the preflight
-    (``^[0-9]+$``): int() alone would turn 1.5 into 1 and True into 1."""
+    """A non-negative integer rank, or None: int() alone would turn 1.5 into
+    1 and True into 1. The preflight applies it through ``engine_rank``."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -92,6 +102,13 @@ def _positive(value):
     return rank if rank else None
 
 
+def _port_problem(key: str, value):
+    """Why ``value`` of ``key`` is no port number (1-65535), or None."""
+    if 0 < (_positive(value) or 0) < 65536:
+        return None
+    return f"{key} must be a port number (1-65535), got {value!r}"
+
+
 def _float(value):
     """A finite float from a number or a numeric string (not a bool), else None."""
     if isinstance(value, bool):
@@ -101,6 +118,12 @@ def _float(value):
     except (TypeError, ValueError):
         return None
     return number if number == number and abs(number) != float("inf") else None
+
+
+def engine_rank(value):
+    """``value`` as a rank (0 for the head, 1, 2, ... for the other hosts), or
+    None when it is none: not an integer, or negative."""
+    return _rank(value)
 
 
 def engine_peers(hosts, hostvars, engine):
@@ -175,7 +198,13 @@ def engine_record(hosts, hostvars, engine) -> dict:
     ranks = [p["rank"] for p in peers]
     if len(heads) != 1 or len(set(ranks)) != len(ranks):
         problems.append(f"engine {engine} must have exactly one host with vllm_fleet_rank 0 and no rank twice;"
-                        f" its ranks are {sorted(ranks)}")
+                        f" its ranks are {sorted(ranks)}. Give the head (the Ray head, runs vllm serve) 0 and"
+                        " the other hosts 1, 2, ..., each rank once")
+    if not ENGINE_NAME.fullmatch(str(engine)):
+        problems.append(f"engine {str(engine)!r}: vllm_fleet_engine must be letters, digits, '_' and '-',"
+                        " starting with a letter (at most 63): it names the engine's units, its upstream at the"
+                        " gate and its lines in the reports. Rename it on the engine's group")
+    problems += _membership_problems(hosts, hostvars, engine, peers)
     head = heads[0] if heads else peers[0]
     hv = hostvars[head["name"]]
     values = {key: _get(hv, key) for key in ENGINE_KEYS}
@@ -211,8 +240,10 @@ def engine_record(hosts, hostvars, engine) -> dict:
         problems.append(f"engine {engine}: vllm_fleet_prefill_threshold_floor must be a number from 1.0 to 10,"
                         f" got {values['vllm_fleet_prefill_threshold_floor']!r}")
     for key in ("vllm_server_port", "ray_cluster_port", "vllm_server_master_port"):
-        if not 0 < (_positive(values[key]) or 0) < 65536:
-            problems.append(f"engine {engine}: {key} must be a port number (1-65535), got {values[key]!r}")
+        if problem := _port_problem(key, values[key]):
+            problems.append(f"engine {engine}: {problem}")
+    if heads:
+        problems += _shared_head_problems(hosts, hostvars, engine, head, values)
     port = _positive(values["vllm_server_port"])
     url = f"http://{head['address']}:{port or values['vllm_server_port']}"
     venv = str(values["vllm_install_venv"])
@@ -248,9 +279,112 @@ def engine_record(hosts, hostvars, engine) -> dict:
     }
 
 
+def _membership_problems(hosts, hostvars, engine, peers) -> list[str]:
+    """Two hosts of the engine on one address (one machine for two ranks),
+    and a host listed in the engine's group that another group gave to
+    another engine: Ansible keeps one vllm_fleet_engine per host, so the
+    engine would run short of it. The second needs the group named after
+    the engine, as inventory/example names it."""
+    problems = []
+    by_address = {}
+    for peer in peers:
+        by_address.setdefault(peer["address"], []).append(peer["name"])
+    for address, names in by_address.items():
+        if len(names) > 1:
+            problems.append(f"engine {engine}: {' and '.join(names)} have the same address {address}"
+                            " (vllm_fleet_address, else ansible_host), but each rank needs a machine of its own."
+                            " Fix the copied address")
+    for name in hosts or []:
+        hv = hostvars[name]
+        other = hv.get("vllm_fleet_engine")
+        if str(engine) in (hv.get("group_names") or []) and str(other) != str(engine):
+            problems.append(f"engine {engine}: {name} is listed in its group {engine} but belongs to engine {other}"
+                            " (another group sets its vllm_fleet_engine). A host serves one engine: list it under"
+                            " one engine's group only")
+    return problems
+
+
+def _footprint(values) -> dict:
+    """What a head binds and installs on its machine, from its engine-wide
+    values: {key: value as text}."""
+    keys = HEAD_FOOTPRINT.get(str(values["vllm_server_backend"]), HEAD_FOOTPRINT["ray"])
+    return {key: str(values[key]) for key in keys}
+
+
+def _shared_head_problems(hosts, hostvars, engine, head, values) -> list[str]:
+    """Two engines whose heads share an address (one machine) and a port or a
+    unit: the second to start would find the port taken, or overwrite the
+    first one's unit. Said once, on the later engine in inventory order."""
+    problems = []
+    mine = _footprint(values)
+    for other in engine_names(hosts, hostvars):
+        if str(other) == str(engine):
+            break
+        try:
+            other_head = next((p for p in engine_peers(hosts, hostvars, other) if p["rank"] == 0), None)
+        except AnsibleFilterError:  # that engine's own record says what is wrong with it
+            continue
+        if other_head is None or other_head["address"] != head["address"]:
+            continue
+        theirs = _footprint({key: _get(hostvars[other_head["name"]], key) for key in ENGINE_KEYS})
+        same = [f"{key} {value}" for key, value in mine.items() if theirs.get(key) == value]
+        if same:
+            problems.append(
+                f"engine {engine}: its head {head['name']} and the head {other_head['name']} of engine {other}"
+                f" are both at {head['address']} with the same {', '.join(same)}. Engines that share a machine"
+                f" need their own {', '.join(mine)}: set them on one engine's group, or fix the copied address")
+    return problems
+
+
 def engine_records(hosts, hostvars):
     """One record per engine among ``hosts``, in inventory order."""
     return [engine_record(hosts, hostvars, engine) for engine in engine_names(hosts, hostvars)]
+
+
+def _named_by_address(name: str) -> bool:
+    """Whether an inventory name is itself an address: an IP address, a
+    dotted DNS name, or localhost."""
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        return "." in name or name == "localhost"
+
+
+def host_problems(hosts, hostvars, group, ports=()):
+    """What is wrong with the consumer or gate ``hosts`` (of the group named
+    ``group``): a host with no address of its own (a name listed by a typo has
+    none, and a short name rarely resolves from the other hosts), and each of
+    ``ports`` (keys) that is no port number."""
+    problems = []
+    for name in hosts or []:
+        hv = hostvars[name]
+        if not (hv.get("vllm_fleet_address") or hv.get("ansible_host")) and not _named_by_address(str(name)):
+            problems.append(f"{name} in the group {group} has no address: set its ansible_host (and"
+                            " vllm_fleet_address if the model is reached on another network), or check the name"
+                            " for a typo that made it a new host")
+        for key in ports or ():
+            if problem := _port_problem(key, _get(hv, key)):
+                problems.append(f"{name} in the group {group}: {problem}")
+    return problems
+
+
+def playbook_needs(needs, playbooks=None):
+    """The groups the playbooks of this run need: [{group, playbooks}], one
+    per group, from ``needs`` (a playbook's file name: the groups it needs),
+    in the order of ``playbooks``. Without ``playbooks``, those that
+    ansible-playbook was given: every entry playbook imports the one
+    preflight, and no variable names the playbook that imported it."""
+    if playbooks is None:
+        from ansible import context
+
+        playbooks = context.CLIARGS.get("args") or ()
+    found = {}
+    for playbook in playbooks:
+        name = Path(str(playbook)).name
+        for group in (needs or {}).get(name) or ():
+            found.setdefault(group, []).append(name)
+    return [{"group": group, "playbooks": names} for group, names in found.items()]
 
 
 def gate_url(hosts, hostvars) -> str:
@@ -357,6 +491,9 @@ class FilterModule:
             "engine_names": engine_names,
             "engine_heads": engine_heads,
             "engine_records": engine_records,
+            "engine_rank": engine_rank,
+            "host_problems": host_problems,
+            "playbook_needs": playbook_needs,
             "gate_url": gate_url,
             "gate_upstreams": gate_upstreams,
             "vllm_argv": vllm_argv,

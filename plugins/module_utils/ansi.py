@@ -20,5 +20,9 @@ _ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)
 
 
 def strip_ansi(text: str) -> str:
-    """``text`` without its escape sequences; text without ESC is returned as is."""
-    return _ANSI_RE.sub("", text) if "\x1b" in text else text
+    """``text`` without its escape sequences; text without ESC is returned as is.
+
+    An ESC that opens no sequence (cut, or before a byte no sequence takes) goes
+    too, so no ESC is ever left: the result is stripped already (removing a code
+    cannot join a stray ESC and the text after it into a new one)."""
+    return _ANSI_RE.sub("", text).replace("\x1b", "") if "\x1b" in text else text

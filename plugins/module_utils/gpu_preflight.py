@@ -16,6 +16,15 @@ The GPU checks take the ``SmiReport`` of :mod:`nvidia_smi`.
 
 Hints name the module's options (``min_gpu_memory_gib``, ``ports``...); a role
 that sets them from its own variables says which in its own messages.
+
+The parsers read text a host printed and trust none of it: a figure is ASCII
+digits of a length the program can print (``int()`` and ``\\d`` accept
+Arabic-Indic digits, ``isdigit()`` superscripts, and ``int()`` refuses 4,300
+digits), an address is one :mod:`ipaddress` accepts, and a line is what the
+program ends with ``\\n`` (not what ``str.splitlines`` also splits at, such as
+U+2028 in a process name). What a line does not hold is skipped; only
+:func:`parse_meminfo` (no MemTotal) and :func:`parse_ss` (not ``ss`` output)
+raise, and only :class:`PreflightError`.
 """
 from __future__ import annotations
 
@@ -23,6 +32,7 @@ import ipaddress
 import os
 import re
 import stat
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from ansible.module_utils.versions import version_at_least, version_tuple
@@ -62,31 +72,78 @@ def _num(value: float) -> str:
     return f"{value:g}"
 
 
+def _lines(text) -> list:
+    """``text`` split where a program ends its lines (``\\n``, a CRLF's ``\\r`` dropped);
+    no lines for anything but a string."""
+    if not isinstance(text, str):
+        return []
+    return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
+
+
+def _shown(value, quote: bool = False) -> str:
+    """``value`` for a message: never raises (``str()`` of a 4,301-digit int does) and stays short;
+    with ``quote``, a string is quoted so that "80" does not read as the number 80."""
+    if value is None or isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int) and abs(value) >= 10 ** 30:
+        return "a number of more than 30 digits"
+    if not isinstance(value, (str, int, float)):
+        return f"a {type(value).__name__}"
+    text = str(value)
+    text = text if len(text) <= 80 else text[:77] + "..."
+    return f"'{text}'" if quote and isinstance(value, str) else text
+
+
 # ---- options ---------------------------------------------------------------
 
+_DOTTED_QUAD = re.compile(r"[0-9]{1,3}(?:\.[0-9]{1,3}){3}")
+
+
 def is_ipv4(value) -> bool:
-    """A dotted-quad IPv4 address (no prefix length, no host name)."""
-    parts = str(value).split(".")
-    return len(parts) == 4 and all(p.isdigit() and int(p) <= 255 for p in parts)
+    """A dotted-quad IPv4 address (no prefix length, no host name) that :mod:`ipaddress`
+    accepts too, so the subnet check can use it; False for anything else, a non-string included."""
+    if not isinstance(value, str) or not _DOTTED_QUAD.fullmatch(value):
+        return False
+    try:
+        ipaddress.IPv4Address(value)  # refuses 256 and, from Python 3.9.5, leading zeros
+    except ValueError:
+        return False
+    return True
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_list(value) -> bool:
+    return isinstance(value, (list, tuple))
 
 
 def validate_options(*, min_gpus: int, ports, min_cuda_version: str | None = None, address: str | None = None,
                      peer_addresses=()) -> None:
-    """Raise :class:`PreflightOptionError` for the first option value the checks cannot use."""
+    """Raise :class:`PreflightOptionError` for the first option value the checks cannot use.
+
+    Raises nothing else, whatever the values' types (the module's argspec
+    converts them; a caller that skips it gets the same messages)."""
     if min_cuda_version is not None:
         try:
-            version_tuple(min_cuda_version)
+            readable = isinstance(min_cuda_version, str) and min_cuda_version.isascii()
+            version_tuple(min_cuda_version if readable else None)
         except ValueError:
             raise PreflightOptionError(
-                f"min_cuda_version must be a version such as 12.8, got '{min_cuda_version}'") from None
-    if min_gpus < 0:
-        raise PreflightOptionError(f"min_gpus must be 0 or more, got {min_gpus}")
-    bad = [str(x) for x in ports if not 1 <= x <= 65535]
+                f"min_cuda_version must be a version such as 12.8, got '{_shown(min_cuda_version)}'") from None
+    if not _is_int(min_gpus) or min_gpus < 0:
+        raise PreflightOptionError(f"min_gpus must be 0 or more, got {_shown(min_gpus)}")
+    if not _is_list(ports):
+        raise PreflightOptionError(f"ports must be a list of port numbers, got {_shown(ports)}")
+    bad = [_shown(x, quote=True) for x in ports if not (_is_int(x) and 1 <= x <= 65535)]
     if bad:
         raise PreflightOptionError(f"ports must be between 1 and 65535, got {', '.join(bad)}")
     if address is not None and not is_ipv4(address):
-        raise PreflightOptionError(f"address must be an IPv4 address, got '{address}'")
-    bad = [a for a in peer_addresses if not is_ipv4(a)]
+        raise PreflightOptionError(f"address must be an IPv4 address, got '{_shown(address)}'")
+    if not _is_list(peer_addresses):
+        raise PreflightOptionError(f"peer_addresses must be a list of IPv4 addresses, got {_shown(peer_addresses)}")
+    bad = [_shown(a) for a in peer_addresses if not is_ipv4(a)]
     if bad:
         raise PreflightOptionError(f"peer_addresses must be IPv4 addresses, got '{', '.join(bad)}'")
 
@@ -142,14 +199,21 @@ def check_gpu_count(report, min_gpus: int) -> Check:
     )
 
 
+# The kernel prints each value as an unsigned 64-bit number: at most 20 digits.
+_MEMINFO_LINE = re.compile(r"([A-Za-z0-9_()]+):[ \t]+([0-9]{1,20})(?:[ \t]+(kB))?[ \t]*")
+
+
 def parse_meminfo(text: str) -> dict:
-    """``/proc/meminfo`` as ``{key: bytes}`` (values are printed in kB)."""
+    """``/proc/meminfo`` as ``{key: bytes}`` (values are printed in kB).
+
+    A line that is not ``Key: <digits> [kB]`` is skipped. Raises
+    :class:`PreflightError` (only) when no readable MemTotal line is left.
+    """
     values = {}
-    for line in (text or "").splitlines():
-        match = re.match(r"^([A-Za-z0-9_()]+):\s+(\d+)(?:\s+kB)?\s*$", line)
+    for line in _lines(text):
+        match = _MEMINFO_LINE.fullmatch(line)
         if match:
-            factor = 1024 if line.rstrip().endswith("kB") else 1
-            values[match.group(1)] = int(match.group(2)) * factor
+            values[match.group(1)] = int(match.group(2)) * (1024 if match.group(3) else 1)
     if "MemTotal" not in values:
         raise PreflightError("/proc/meminfo has no MemTotal line")
     return values
@@ -236,14 +300,28 @@ def check_cuda_version(report, min_cuda: str | None) -> Check:
 
 # ---- network ---------------------------------------------------------------
 
+_IP_ADDR_LINE = re.compile(
+    r"[0-9]{1,10}:[ \t]+([^ \t]+)[ \t]+inet[ \t]+([0-9]{1,3}(?:\.[0-9]{1,3}){3}/[0-9]{1,2})(?![0-9./])")
+
+
 def parse_ip_addr(text: str) -> dict:
-    """``ip -o -4 addr show`` as ``{ifname: ["10.0.0.11/24", ...]}``."""
+    """``ip -o -4 addr show`` as ``{ifname: ["10.0.0.11/24", ...]}``.
+
+    Never raises: a line whose address :mod:`ipaddress` refuses (``/99``,
+    ``999.1.1.1``, a leading zero) is skipped, so :func:`check_engine_subnet`
+    can read every address it returns.
+    """
     addresses = {}
-    for line in (text or "").splitlines():
-        match = re.match(r"^\d+:\s+(\S+)\s+inet\s+(\d+\.\d+\.\d+\.\d+/\d+)", line)
-        if match:
-            name = match.group(1).split("@", 1)[0]
-            addresses.setdefault(name, []).append(match.group(2))
+    for line in _lines(text):
+        match = _IP_ADDR_LINE.match(line)
+        if not match:
+            continue
+        try:
+            ipaddress.IPv4Interface(match.group(2))
+        except ValueError:
+            continue
+        name = match.group(1).split("@", 1)[0]
+        addresses.setdefault(name, []).append(match.group(2))
     return addresses
 
 
@@ -355,25 +433,30 @@ class Listener:
     processes: list = field(default_factory=list)  # [(name, pid)]
 
 
-_SS_PROCESS = re.compile(r'\("((?:[^"\\]|\\.)*)",pid=(\d+)')
+# Linux pids stop at 2**22 (pid_max): 7 digits; ten leave room and stay far below int()'s limit.
+_SS_PROCESS = re.compile(r'\("((?:[^"\\]|\\.)*)",pid=([0-9]{1,10})(?![0-9])')
+_ASCII_NUMBER = re.compile(r"[0-9]+")
 
 
 def parse_ss(text: str) -> list:
     """``ss -Htln`` / ``ss -Htlnp`` (no header) as :class:`Listener` s.
 
     The process column appears only with ``-p`` and only for sockets the
-    caller may inspect (root sees all).
+    caller may inspect (root sees all). A listener whose port is not a port
+    number (0 to 65535 in ASCII digits) is skipped, a process whose pid is not
+    a pid is left out. Raises :class:`PreflightError` (only) for a line whose
+    Recv-Q is not a number: a header or another program's output.
     """
     listeners = []
-    for line in (text or "").splitlines():
+    for line in _lines(text):
         parts = line.split()
         if len(parts) < 5:
             continue
-        if not parts[1].isdigit():
-            raise PreflightError(f"not `ss -Htln` output (a header or another format?): {line.strip()}")
+        if not _ASCII_NUMBER.fullmatch(parts[1]):
+            raise PreflightError(f"not `ss -Htln` output (a header or another format?): {line.strip()[:200]}")
         local = parts[3]
         host, _, port = local.rpartition(":")
-        if not port.isdigit():
+        if not (_ASCII_NUMBER.fullmatch(port) and len(port) <= 5 and int(port) <= 65535):
             continue
         procs = [(m.group(1), int(m.group(2))) for m in _SS_PROCESS.finditer(" ".join(parts[5:]))]
         listeners.append(Listener(address=host, port=int(port), processes=procs))
@@ -381,14 +464,15 @@ def parse_ss(text: str) -> list:
 
 
 def cgroup_units(text: str) -> list:
-    """The systemd units (``*.service``, ``*.scope``) on a ``/proc/<pid>/cgroup`` path."""
-    units = []
-    for line in (text or "").splitlines():
+    """The systemd units (``*.service``, ``*.scope``) on a ``/proc/<pid>/cgroup`` path,
+    in order, each once. Never raises (no units for anything but a string)."""
+    units = {}  # a dict keeps the order and finds a repeat in constant time
+    for line in _lines(text):
         path = line.split(":", 2)[-1]
         for part in path.split("/"):
-            if part.endswith((".service", ".scope")) and part not in units:
-                units.append(part)
-    return units
+            if part.endswith((".service", ".scope")):
+                units.setdefault(part, None)
+    return list(units)
 
 
 def check_ports(ports, listeners, units_by_pid: dict, owner_units) -> Check | None:
@@ -490,10 +574,21 @@ def nearest_existing(path: str) -> str:
 
 def check_disk_path(disk_path: str, min_gib: float, limit: int = STAGED_FILES_LIMIT) -> Check:
     """:func:`check_disk` for ``disk_path``, measured on this host: the free
-    space of its filesystem and what is already staged at it."""
+    space of its filesystem and what is already staged at it.
+
+    A relative path (no filesystem to measure: the module's working directory
+    is a temporary one) or a filesystem that cannot be measured is a failed
+    check, not an error."""
+    if not os.path.isabs(disk_path):
+        return Check("disk_free", False, f"disk_path {disk_path} is not an absolute path",
+                     "Set disk_path to the absolute path the model is staged at.")
     path = os.path.normpath(disk_path)
     measured = nearest_existing(path)
-    st = os.statvfs(measured)
+    try:
+        st = os.statvfs(measured)
+    except OSError as exc:
+        return Check("disk_free", False, f"cannot measure the filesystem of {path} at {measured}: {exc}",
+                     "Check that the path is readable by the user the module runs as.")
     staged = staged_bytes(path, limit) if measured == path else 0
     if staged is None:
         return Check("disk_free", False, f"{path} holds more than {limit} files; it is not a model directory",
@@ -567,5 +662,23 @@ def render_report(checks) -> list:
 
 
 def check_from_dict(data: dict) -> Check:
-    """A check back from its dict (as registered by the module)."""
-    return Check(str(data["check"]), bool(data["ok"]), str(data.get("detail", "")), str(data.get("hint", "")))
+    """A check back from its dict (as registered by the module).
+
+    Raises KeyError when ``check`` or ``ok`` is missing and TypeError for
+    anything else that is not a check's dict (the report filters catch both):
+    ``ok`` must be a boolean, since the string "false" would read as passed.
+    """
+    if not isinstance(data, Mapping):
+        raise TypeError(f"a check is a dict, got {_shown(data)}")
+    name, ok = data["check"], data["ok"]
+    if not isinstance(name, str):
+        raise TypeError(f"a check's name is a string, got {_shown(name, quote=True)}")
+    if not isinstance(ok, bool):
+        raise TypeError(f"check {name[:80]}: ok must be true or false, got {_shown(ok, quote=True)}")
+    text = {}
+    for key in ("detail", "hint"):
+        value = data.get(key)
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"check {name[:80]}: {key} must be a string, got {_shown(value, quote=True)}")
+        text[key] = value or ""
+    return Check(name, ok, text["detail"], text["hint"])

@@ -18,6 +18,13 @@ The module runs two commands:
 Unified memory (GB10 / DGX Spark, Jetson): the CSV prints ``[N/A]`` for
 ``memory.*`` and the table prints ``Not Supported``. That is read as
 ``memory_total_mib=None`` with ``unified_memory=True``, never as 0.
+
+Hostile output (a wrapper script, a broken driver, a terminal's noise) never
+raises anything but :class:`NvidiaSmiError`: figures are ASCII digits of a
+length nvidia-smi prints (``\\d`` and ``int()`` accept Arabic-Indic digits,
+``isdigit()`` superscripts, ``int()`` refuses 4,300 digits), a CSV field past
+the csv module's limit is unreadable output, and every pattern runs in linear
+time on a line of any length.
 """
 from __future__ import annotations
 
@@ -33,6 +40,10 @@ QUERY_ARGS = ["--query-gpu=" + ",".join(QUERY_FIELDS), "--format=csv,nounits"]
 # third-party fixtures and is accepted defensively.
 _NOT_AVAILABLE = {"n/a", "[n/a]", "not supported", "[not supported]", "[unknown error]", ""}
 _MEMORY_FIELDS = ("memory.total", "memory.used", "memory.free")
+# A GPU index as nvidia-smi prints it (a few ASCII digits).
+_INDEX = re.compile(r"[0-9]{1,6}")
+# What a failure line quotes in a message at most.
+_MESSAGE_CHARS = 300
 _KNOWN_COLUMNS = {"index", "name", "uuid", "pci.bus_id", "compute_cap", "driver_version", *_MEMORY_FIELDS}
 _UNIT_FACTORS_MIB = {"kib": 1 / 1024, "mib": 1, "gib": 1024}
 
@@ -74,7 +85,9 @@ FAILURES = (
     ),
     (
         "no_devices",
-        re.compile(r"^\s*No devices were found", re.I | re.M),
+        # [ \t]*, not \s*: \s spans newlines, and on a run of blank lines each of
+        # them would rescan all that follow (quadratic).
+        re.compile(r"^[ \t]*No devices were found", re.I | re.M),
         "The driver loaded but sees no GPU. Check `lspci | grep -i nvidia`, that the GPU is not "
         "bound to vfio or passed to a VM, and inside a container that the GPU is passed in "
         "(--gpus / CDI).",
@@ -144,12 +157,14 @@ class SmiReport:
 
 
 def classify_failure(text: str) -> NvidiaSmiFailure | None:
-    """The failure ``text`` reports, or None when it reports none."""
+    """The failure ``text`` reports, or None when it reports none. Never raises."""
+    if not isinstance(text, str):
+        return None
     for kind, pattern, hint in FAILURES:
-        match = pattern.search(text or "")
+        match = pattern.search(text)
         if match:
-            line = next((ln.strip() for ln in text.splitlines() if pattern.search(ln)), match.group(0))
-            return NvidiaSmiFailure(kind, line, hint)
+            line = next((ln.strip() for ln in text.splitlines() if pattern.search(ln)), match.group(0).strip())
+            return NvidiaSmiFailure(kind, line[:_MESSAGE_CHARS], hint)
     return None
 
 
@@ -163,20 +178,29 @@ def _available(value: str | None) -> bool:
     return value is not None and value.strip().lower() not in _NOT_AVAILABLE
 
 
+# Driver 580.126.09, CUDA 13.0, 595.84; a part of seven digits is no version.
+_VERSION = re.compile(r"[0-9]{1,6}(?:\.[0-9]{1,6}){1,3}")
+# Memory in MiB, KiB or GiB: twelve digits are an exbibyte in MiB.
+_MEMORY = re.compile(r"([0-9]{1,12}(?:\.[0-9]{1,6})?)[ \t]*([KMG]iB)?", re.I | re.ASCII)
+
+
 def _version(value: str | None) -> str | None:
-    """A dotted version (two or three parts), or None for N/A."""
+    """A dotted version (two to four parts, ASCII digits), or None for N/A or anything else."""
     if not _available(value):
         return None
-    match = re.fullmatch(r"\d+(?:\.\d+)+", value.strip())
+    match = _VERSION.fullmatch(value.strip())
     return match.group(0) if match else None
 
 
 def _mib(value: str, unit: str | None = None) -> int:
-    """``46068 MiB`` or ``46068`` (with the header's unit) as MiB."""
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMG]iB)?", value.strip(), re.I)
+    """``46068 MiB`` or ``46068`` (with the header's unit) as MiB; NvidiaSmiError otherwise."""
+    match = _MEMORY.fullmatch(value.strip())
     if not match:
-        raise NvidiaSmiError(f"cannot read the memory value {value!r}")
-    factor = _UNIT_FACTORS_MIB[(match.group(2) or unit or "MiB").lower()]
+        raise NvidiaSmiError(f"cannot read the memory value {value[:_MESSAGE_CHARS]!r}")
+    factor = _UNIT_FACTORS_MIB.get((match.group(2) or unit or "MiB").lower())
+    if factor is None:
+        raise NvidiaSmiError(f"cannot read the memory value {value[:_MESSAGE_CHARS]!r}: unknown unit "
+                             f"{(unit or '')[:_MESSAGE_CHARS]!r}")
     return int(round(float(match.group(1)) * factor))
 
 
@@ -194,10 +218,15 @@ def parse_csv(text: str, columns=None) -> SmiReport:
 
     Columns come from the header when there is one; header-less output needs
     ``columns``, the query's field order. Rows become GPUs in order; ``index``
-    is taken from its column when queried.
+    is taken from its column when queried (the row's position when it is not
+    an index). Raises :class:`NvidiaSmiError` only.
     """
+    text = text if isinstance(text, str) else ""
     _raise_on_failure(text)
-    rows = [r for r in csv.reader((text or "").splitlines(), skipinitialspace=True) if any(c.strip() for c in r)]
+    try:
+        rows = [r for r in csv.reader(text.splitlines(), skipinitialspace=True) if any(c.strip() for c in r)]
+    except csv.Error as exc:  # a field past the csv module's 128 KiB limit
+        raise NvidiaSmiError(f"nvidia-smi's CSV output is unreadable: {exc}") from None
     if not rows:
         raise NvidiaSmiError("nvidia-smi printed no CSV rows")
     units = {}
@@ -221,7 +250,8 @@ def parse_csv(text: str, columns=None) -> SmiReport:
     for number, row in enumerate(rows):
         if len(row) != len(names):
             raise NvidiaSmiError(
-                f"CSV row {number + 1} has {len(row)} values for {len(names)} columns: {', '.join(row)}"
+                f"CSV row {number + 1} has {len(row)} values for {len(names)} columns: "
+                f"{', '.join(row)[:_MESSAGE_CHARS]}"
             )
         values = {n: v.strip() for n, v in zip(names, row)}
         gpus.append(_gpu_from_csv(number, values, units))
@@ -243,7 +273,7 @@ def _gpu_from_csv(number: int, values: dict, units: dict) -> Gpu:
     unified = bool(queried) and not any(_available(values[k]) for k in queried)
     index = text("index")
     return Gpu(
-        index=int(index) if index is not None and index.isdigit() else number,
+        index=int(index) if index is not None and _INDEX.fullmatch(index) else number,
         name=text("name"),
         uuid=text("uuid"),
         bus_id=text("pci.bus_id"),
@@ -259,16 +289,12 @@ def _gpu_from_csv(number: int, values: dict, units: dict) -> Gpu:
 
 # R610+ renamed "Driver Version" to "KMD Version" and "CUDA Version" to
 # "CUDA UMD Version". Values can read "N/A" (Jetson) and have two parts (595.84).
-_DRIVER = re.compile(r"(?:Driver|KMD) Version:\s*(\S+)")
-_CUDA = re.compile(r"CUDA(?: UMD)? Version:\s*(\S+)")
-# First line of a GPU's block: index, name (maybe truncated with "..."),
-# persistence mode, then the Bus-Id cell. The Bus-Id anchors it: MIG and
-# process rows have none.
-_GPU_LINE = re.compile(
-    r"^\|\s*(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<persistence>On|Off|N/A)\s*\|"
-    r"\s*(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s"
-)
-_MEMORY_CELL = re.compile(r"(\d+)\s*MiB\s*/\s*(\d+)\s*MiB")
+_DRIVER = re.compile(r"(?:Driver|KMD) Version:[ \t]*(\S+)")
+_CUDA = re.compile(r"CUDA(?: UMD)? Version:[ \t]*(\S+)")
+_PERSISTENCE = ("On", "Off", "N/A")
+_BUS_ID = re.compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]\s")
+# Bounded ASCII figures, each starting a digit run: linear on a run of digits.
+_MEMORY_CELL = re.compile(r"(?<![0-9])([0-9]{1,9})[ \t]*MiB[ \t]*/[ \t]*([0-9]{1,9})[ \t]*MiB")
 _BORDER = re.compile(r"^[|+][-=+|]+$")
 _SECTION_END = re.compile(r"^\|?\s*(MIG devices:|Processes:)")
 
@@ -277,17 +303,44 @@ def _cells(line: str) -> list:
     return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
+def _gpu_line(line: str):
+    """``(index, name, bus_id)`` of a GPU block's first line, or None.
+
+    The line is ``| index  name  persistence | bus-id ...``; the name may be
+    truncated with "..." and holds spaces. The Bus-Id anchors it: MIG and
+    process rows have none. Read by splitting the cells, not by one pattern
+    (a lazy name between runs of white space backtracks cubically on a line
+    of spaces).
+    """
+    if not line.startswith("|"):
+        return None
+    cells = line.split("|", 3)
+    if len(cells) < 3:
+        return None
+    words = cells[1].split()
+    if len(words) < 3 or words[-1] not in _PERSISTENCE or not _INDEX.fullmatch(words[0]):
+        return None
+    bus = _BUS_ID.match(cells[2].lstrip())
+    if not bus:
+        return None
+    first = cells[1].strip()
+    name = first[len(words[0]):len(first) - len(words[-1])].strip()
+    return int(words[0]), name, bus.group(0)[:-1]
+
+
 def parse_table(text: str) -> SmiReport:
     """Read the default ``nvidia-smi`` table.
 
     Counts only complete GPU blocks (a first line with a Bus-Id and the line
     with the memory cell) above the ``MIG devices:`` and ``Processes:``
     tables, so MIG rows (which also read ``N MiB / M MiB``) are not GPUs.
+    Raises :class:`NvidiaSmiError` only.
     """
+    text = text if isinstance(text, str) else ""
     _raise_on_failure(text)
-    lines = (text or "").splitlines()
+    lines = text.splitlines()
     header = next((line for line in lines if _DRIVER.search(line)), None)
-    if header is None and not any(_GPU_LINE.match(line) for line in lines):
+    if header is None and not any(_gpu_line(line) for line in lines):
         raise NvidiaSmiError("this is not nvidia-smi's table: no driver version and no GPU row")
     driver = _version(_DRIVER.search(header).group(1)) if header else None
     cuda_match = _CUDA.search(header) if header else None
@@ -298,7 +351,7 @@ def parse_table(text: str) -> SmiReport:
         line = lines[i]
         if _SECTION_END.match(line.strip()):
             break
-        first = _GPU_LINE.match(line)
+        first = _gpu_line(line)
         if not first or i + 1 >= len(lines):
             i += 1
             continue
@@ -312,18 +365,18 @@ def parse_table(text: str) -> SmiReport:
         if match:
             used, total = int(match.group(1)), int(match.group(2))
         elif _available(memory):
-            raise NvidiaSmiError(f"cannot read the memory cell {memory!r} of GPU {first.group('index')}")
+            raise NvidiaSmiError(f"cannot read the memory cell {memory[:_MESSAGE_CHARS]!r} of GPU {first[0]}")
         mig = None
         third_line = lines[i + 2].strip() if i + 2 < len(lines) else ""
-        if third_line.startswith("|") and not _GPU_LINE.match(third_line) and not _BORDER.match(third_line):
+        if third_line.startswith("|") and not _gpu_line(third_line) and not _BORDER.match(third_line):
             third = _cells(third_line)
             if len(third) >= 3 and _available(third[-1]):
                 mig = third[-1]
         gpus.append(
             Gpu(
-                index=int(first.group("index")),
-                name=first.group("name").strip(),
-                bus_id=first.group("bus"),
+                index=first[0],
+                name=first[1],
+                bus_id=first[2],
                 memory_total_mib=total,
                 memory_used_mib=used,
                 mig_mode=mig,

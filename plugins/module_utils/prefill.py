@@ -35,9 +35,9 @@ import datetime
 import itertools
 import json
 import math
+import re
+import sys
 import typing as t
-
-from prometheus_client.parser import text_string_to_metric_families
 
 GROUP_SIZE = 4
 MIN_GROUPS = 2
@@ -59,6 +59,7 @@ MARGIN = 1.05
 # degraded call is made from them (facts 6.3 step 3).
 SPREAD_MAX = 2.0
 MAX_TEXT = 16 << 20
+_FLOAT_MAX = sys.float_info.max
 
 SCHEMA = 1
 UNITS = ("seconds_per_token", "ttft_seconds")
@@ -93,6 +94,33 @@ _MAX_FIELDS = ("kv_cache_usage",)
 # Counters: a decrease between two scrapes means the engine restarted.
 COUNTERS = ("prefill_time_sum", "prefill_time_count", "prefill_tokens_sum",
             "prefill_tokens_count", "preemptions", "prompt_tokens", "generation_tokens")
+
+
+# The text exposition format 0.0.4, as vLLM's prometheus_client writes it:
+# comment lines, blank lines and sample lines (a name, optional {labels}, a
+# value, an optional timestamp). Only ASCII digits (float() also reads
+# Arabic-Indic and full-width ones) and only the format's three escapes.
+# Possessive quantifiers keep every pattern one linear pass, so the whole
+# text is checked in C and only the probe's own lines are read in Python.
+# prometheus_client's parser is not used: it is quadratic in a line's labels,
+# escaped quotes and blanks, renames a counter's samples after its TYPE line,
+# and takes every digit float() takes.
+_LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*+[ \t]*+=[ \t]*+"(?:[^"\\\n]++|\\[\\"n])*+"[ \t]*+'
+_LABELS = r'(?:' + _LABEL + r',[ \t]*+)*+(?:' + _LABEL + r')?'
+_VALUE = r'[-+]?(?:[0-9]++(?:\.[0-9]*+)?|\.[0-9]++)(?:[eE][-+]?[0-9]++)?|[-+]?(?i:inf(?:inity)?)|(?i:nan)'
+_TAIL = r'(?:[ \t]++[-+]?[0-9]++)?[ \t]*+\r?'
+_DOCUMENT_RE = re.compile(
+    r'(?:[ \t]*+(?:#[^\n]*+|[a-zA-Z_:][a-zA-Z0-9_:]*+(?:[ \t]*+\{[ \t]*+' + _LABELS + r'\}[ \t]*+|[ \t]++)(?:'
+    + _VALUE + r')' + _TAIL + r'|\r?)\n)*+', re.ASCII)
+_VLLM_LINE_RE = re.compile(r'^[ \t]*+vllm:', re.ASCII | re.MULTILINE)
+# Lines of the samples the probe reads, in a text _DOCUMENT_RE accepted.
+_READ_RE = re.compile(
+    r'^[ \t]*+(?P<name>' + "|".join(re.escape(n) for n in sorted(list(METRICS.values()) + [WAITING_BY_REASON]))
+    + r')(?:[ \t]*+\{[ \t]*+(?P<labels>' + _LABELS + r')\}[ \t]*+|[ \t]++)(?P<value>' + _VALUE + r')' + _TAIL + '$',
+    re.ASCII | re.MULTILINE)
+_LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*+)[ \t]*+=[ \t]*+"((?:[^"\\\n]++|\\[\\"n])*+)"', re.ASCII)
+_ESCAPE_RE = re.compile(r'\\[\\"n]')
+_UNESCAPED = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,11 +166,18 @@ def parse_metrics(text: t.Union[str, bytes], engine: t.Optional[str] = None) -> 
     Every label set (vLLM 0.32 labels by ``engine`` and ``model_name``) is
     summed, except ``kv_cache_usage_perc`` which takes the fullest engine.
     ``engine`` restricts the reading to one ``engine`` label value.
+
+    Like a Prometheus scrape, a line that is not a sample, a comment or blank
+    fails the whole text: PrefillError is the only exception raised.
     """
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", errors="replace")
+    if isinstance(text, (bytes, bytearray)):
+        if len(text) > MAX_TEXT:
+            raise PrefillError("metrics text is %d bytes, over %d: is this vLLM's /metrics?" % (len(text), MAX_TEXT))
+        text = bytes(text).decode("utf-8", errors="replace")
     if not isinstance(text, str):
         raise PrefillError("metrics text must be str or bytes, got %s" % type(text).__name__)
+    if engine is not None and not isinstance(engine, str):
+        raise PrefillError("engine must be an engine label value (str), got %s" % type(engine).__name__)
     if len(text) > MAX_TEXT:
         raise PrefillError("metrics text is %d bytes, over %d: is this vLLM's /metrics?"
                            % (len(text), MAX_TEXT))
@@ -158,53 +193,46 @@ def parse_metrics(text: t.Union[str, bytes], engine: t.Optional[str] = None) -> 
     engines: t.List[str] = []
     models: t.List[str] = []
     notes: t.List[str] = []
-    vllm_samples = 0
     capacity: t.List[float] = []
-    try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if not sample.name.startswith("vllm:"):
-                    continue
-                vllm_samples += 1
-                if sample.name == WAITING_BY_REASON:
-                    if sample.labels.get("reason") == "capacity" and (
-                            engine is None or sample.labels.get("engine") == engine):
-                        value = float(sample.value)
-                        capacity.append(value if math.isfinite(value) and value >= 0 else math.nan)
-                    continue
-                field = _BY_SAMPLE.get(sample.name)
-                if field is None:
-                    continue
-                labels = dict(sample.labels)
-                if engine is not None and labels.get("engine") != engine:
-                    continue
-                key = (sample.name, tuple(sorted(labels.items())))
-                if key in seen:
-                    raise PrefillError("%s%s appears twice: two scrapes concatenated? scrape once"
-                                       % (sample.name, _labels(labels)))
-                seen.add(key)
-                for name, bucket in (("engine", engines), ("model_name", models)):
-                    if name in labels and labels[name] not in bucket:
-                        bucket.append(labels[name])
-                value = float(sample.value)
-                if not math.isfinite(value) or value < 0:
-                    notes.append("%s%s is %r, not a count: ignored" % (sample.name, _labels(labels), value))
-                    values.setdefault(field, []).append(math.nan)
-                    continue
-                values.setdefault(field, []).append(value)
-    except PrefillError:
-        raise
-    except Exception as exc:  # the parser raises ValueError, and others on odd input
-        raise PrefillError("cannot parse the metrics text (%s: %s): check the URL is vLLM's /metrics "
-                           "in Prometheus text format" % (type(exc).__name__, _short(str(exc)))) from None
-    if not vllm_samples:
+    valid = _DOCUMENT_RE.match(text).end()
+    if valid != len(text):
+        number = text.count("\n", 0, valid) + 1
+        raise PrefillError("cannot parse the metrics text: line %d is not a sample, a comment or blank ('%s'): "
+                           "check the URL is vLLM's /metrics in Prometheus text format"
+                           % (number, _shown(text[valid:text.find("\n", valid)])))
+    if _VLLM_LINE_RE.search(text) is None:
         raise PrefillError("no vllm: metrics in the text: check the URL is vLLM's /metrics on the API "
                            "server's port, not another exporter's")
+    for match in _READ_RE.finditer(text):
+        name, value_text = match.group("name"), match.group("value")
+        field = _BY_SAMPLE.get(name)
+        labels = _parse_labels(match.group("labels"), match)
+        if engine is not None and labels.get("engine") != engine:
+            continue
+        if field is None and labels.get("reason") != "capacity":
+            continue
+        key = (name, tuple(sorted(labels.items())))
+        if key in seen:
+            raise PrefillError("%s%s appears twice: two scrapes concatenated? scrape once"
+                               % (name, _labels(labels)))
+        seen.add(key)
+        value = float(value_text) + 0.0  # "-0" is 0
+        usable = math.isfinite(value) and value >= 0
+        if not usable:
+            notes.append("%s%s is %r, not a count: ignored" % (name, _labels(labels), value))
+            value = math.nan
+        if field is None:
+            capacity.append(value)
+            continue
+        for label, bucket in (("engine", engines), ("model_name", models)):
+            if label in labels and labels[label] not in bucket:
+                bucket.append(labels[label])
+        values.setdefault(field, []).append(value)
     result: t.Dict[str, t.Optional[float]] = {}
     for field, name in METRICS.items():
         got = values.get(field)
         if not got:
-            notes.append("%s missing%s" % (name, "" if engine is None else " for engine %r" % engine))
+            notes.append("%s missing%s" % (name, "" if engine is None else " for engine %s" % _brief(engine)))
             result[field] = None
         elif any(math.isnan(v) for v in got):
             result[field] = None
@@ -213,17 +241,48 @@ def parse_metrics(text: t.Union[str, bytes], engine: t.Optional[str] = None) -> 
             result[field] = total if math.isfinite(total) else None
     waiting_capacity = None
     if capacity and not any(math.isnan(v) for v in capacity):
-        waiting_capacity = math.fsum(capacity)
+        total = math.fsum(capacity)
+        waiting_capacity = total if math.isfinite(total) else None
     return MetricsSnapshot(engines=tuple(engines), models=tuple(models), notes=tuple(notes),
                            waiting_capacity=waiting_capacity, **result)
 
 
+def _parse_labels(text: t.Optional[str], line: t.Match) -> t.Dict[str, str]:
+    """The labels of a sample line ``_READ_RE`` matched, unescaped."""
+    labels: t.Dict[str, str] = {}
+    for match in _LABEL_RE.finditer(text or ""):
+        name, value = match.group(1), match.group(2)
+        if name in labels:
+            raise PrefillError("cannot parse the metrics text: line %d has the label %s twice"
+                               % (line.string.count("\n", 0, line.start()) + 1, name))
+        labels[name] = _ESCAPE_RE.sub(lambda m: _UNESCAPED[m.group(0)], value) if "\\" in value else value
+    return labels
+
+
 def _labels(labels: t.Mapping[str, str]) -> str:
-    return "{%s}" % ",".join('%s="%s"' % (k, _short(v, 40)) for k, v in sorted(labels.items()))
+    return "{%s}" % ",".join('%s="%s"' % (k, _shown(v, 40)) for k, v in sorted(labels.items()))
 
 
 def _short(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _shown(text: str, limit: int = 80) -> str:
+    """``text`` for a message: cut at ``limit``, control characters escaped."""
+    return repr(text[:limit])[1:-1] + ("..." if len(text) > limit else "")
+
+
+def _brief(value: t.Any) -> str:
+    """What ``value`` is, for a message, short whatever its size or depth."""
+    if isinstance(value, str):
+        return "'%s'" % _shown(value, 40)
+    if value is None or isinstance(value, (bool, float)):
+        return repr(value)
+    if isinstance(value, int):
+        return repr(value) if value.bit_length() <= 64 else "an integer of %d bits" % value.bit_length()
+    if isinstance(value, (list, tuple, dict)):
+        return "a %s of %d" % (type(value).__name__, len(value))
+    return "a %s" % type(value).__name__
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,7 +302,16 @@ class PassiveReading:
 
 
 def passive_window(before: MetricsSnapshot, after: MetricsSnapshot) -> PassiveReading:
-    """Seconds of prefill per computed prompt token between ``before`` and ``after``."""
+    """Seconds of prefill per computed prompt token between ``before`` and ``after``.
+
+    A field that is not a finite count (a snapshot built by hand or from a
+    stored result) counts as missing.
+    """
+    for name, snap in (("before", before), ("after", after)):
+        if not isinstance(snap, MetricsSnapshot):
+            raise PrefillError("passive_window needs two MetricsSnapshot, got %s for %s"
+                               % (type(snap).__name__, name))
+    before, after = _usable(before), _usable(after)
     for field in COUNTERS:
         b, a = getattr(before, field), getattr(after, field)
         if b is not None and a is not None and a < b:
@@ -266,8 +334,23 @@ def passive_window(before: MetricsSnapshot, after: MetricsSnapshot) -> PassiveRe
         return PassiveReading(None, requests=requests, tokens=tokens, seconds=seconds,
                               preemptions=preemptions,
                               reason="no request finished a prefill in the window: widen it or probe actively")
-    return PassiveReading(seconds / tokens, requests=requests, tokens=tokens, seconds=seconds,
+    per_token = seconds / tokens
+    if not math.isfinite(per_token):
+        return PassiveReading(None, requests=requests, tokens=tokens, seconds=seconds, preemptions=preemptions,
+                              reason="%g s over %g tokens is no rate: check the scrapes" % (seconds, tokens))
+    return PassiveReading(per_token, requests=requests, tokens=tokens, seconds=seconds,
                           preemptions=preemptions)
+
+
+def _usable(snap: MetricsSnapshot) -> MetricsSnapshot:
+    """``snap`` with every field that is not a finite count set to None."""
+    bad = {}
+    for field in tuple(METRICS) + ("waiting_capacity",):
+        value = getattr(snap, field)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not 0 <= value <= _FLOAT_MAX):
+            bad[field] = None
+    return dataclasses.replace(snap, **bad) if bad else snap
 
 
 # --- baseline ----------------------------------------------------------------

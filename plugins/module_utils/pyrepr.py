@@ -7,15 +7,42 @@ vLLM logs its ``non-default args`` as a dict repr and ``--help=all`` shows
 defaults as reprs; both hold literals mixed with reprs no literal parser reads
 (``KVTransferConfig(...)``, ``<DynamicShapesType.BACKED: 'backed'>``,
 ``torch.bfloat16``). Standard library only.
+
+Whatever the text, :func:`parse_repr` returns a value or raises
+:class:`ReprError`: for brackets nested deeper than :data:`MAX_DEPTH`, for a
+number longer than :data:`MAX_NUMBER_CHARS` or out of float range, and for a
+literal Python would refuse (``08``, ``0x``, ``'\\x'``, an unterminated string).
+Numbers are ASCII digits only, as Python prints them.
 """
 from __future__ import annotations
 
-import ast
+import math
 import re
+import unicodedata
 from typing import Any
 
-_NUMBER_RE = re.compile(r"[-+]?(?:\d[\d_]*\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)j?")
+# No repr vLLM prints nests this deep; the reader recurses once per level.
+MAX_DEPTH = 100
+# Python's int() refuses more digits than this (sys.int_info.default_max_str_digits),
+# so no Python program prints a longer number.
+MAX_NUMBER_CHARS = 4300
+
+# A number-like word: what follows a digit up to the next delimiter, checked below.
+_NUMBER_WORD_RE = re.compile(r"[-+]?\.?[0-9](?:[0-9A-Za-z_.]|(?<=[eE])[-+])*", re.ASCII)
+_DIGITS = r"[0-9](?:_?[0-9])*"
+_EXPONENT = rf"[eE][-+]?{_DIGITS}"
+_FLOAT = rf"(?:(?:{_DIGITS})?\.{_DIGITS}|{_DIGITS}\.)(?:{_EXPONENT})?|{_DIGITS}{_EXPONENT}"
+# Python's grammar for a decimal literal (a repr never prints 0x, 0o or 0b).
+_NUMBER_RE = re.compile(
+    rf"(?P<sign>[-+]?)(?:(?P<int>[1-9](?:_?[0-9])*|0(?:_?0)*)|(?P<float>{_FLOAT})"
+    rf"|(?P<imag>{_FLOAT}|{_DIGITS})[jJ])", re.ASCII)
 _IDENT_RE = re.compile(r"[A-Za-z_][\w.]*")
+_STRING_RE = re.compile(r"(?P<prefix>[bB][rR]?|[rR][bB]?|[uU])?(?P<quote>['\"])")
+# The rest of a string after its opening quote, up to the closing one.
+_BODY_RES = {q: re.compile(rf"[^{q}\\]*(?:\\.[^{q}\\]*)*{q}", re.S) for q in "'\""}
+_ESCAPE_RE = re.compile(r"\\(N\{[^}]*\}|u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|x[0-9A-Fa-f]{2}|[0-7]{1,3}|.)", re.S)
+_SIMPLE_ESCAPES = {"\\": "\\", "'": "'", '"': '"', "a": "\a", "b": "\b", "f": "\f", "n": "\n",
+                   "r": "\r", "t": "\t", "v": "\v", "\n": ""}
 _CLOSERS = {"(": ")", "[": "]", "{": "}"}
 
 
@@ -30,6 +57,7 @@ class _ReprReader:
     def __init__(self, text: str):
         self.s = text
         self.i = 0
+        self.depth = 0
 
     def fail(self, what: str):
         snippet = self.s[self.i:self.i + 30]
@@ -47,13 +75,19 @@ class _ReprReader:
         c = self.peek()
         if not c:
             self.fail("unexpected end")
-        if c == "{":
-            return self.braces()
-        if c == "[":
-            return self.sequence("[", "]")
-        if c == "(":
-            return tuple(self.sequence("(", ")"))
-        if c in "'\"" or (c in "rbuRBU" and self.s[self.i + 1:self.i + 2] in ("'", '"')):
+        if c in "{[(":
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                self.fail(f"brackets nested deeper than {MAX_DEPTH}")
+            if c == "{":
+                out = self.braces()
+            elif c == "[":
+                out = self.sequence("[", "]")
+            else:
+                out = tuple(self.sequence("(", ")"))
+            self.depth -= 1
+            return out
+        if _STRING_RE.match(self.s, self.i):
             return self.string()
         if c == "<":
             start = self.i
@@ -66,16 +100,39 @@ class _ReprReader:
             if word in ("inf", "nan"):
                 return sign * float(word)
             return c + str(word)
-        m = _NUMBER_RE.match(self.s, self.i)
-        if m and m.group(0) not in ("-", "+"):
-            self.i = m.end()
-            return ast.literal_eval(m.group(0).replace("_", ""))
+        m = _NUMBER_WORD_RE.match(self.s, self.i)
+        if m:
+            return self.number(m)
         if _IDENT_RE.match(self.s, self.i):
             word = self.ident_or_call()
             return {"True": True, "False": False, "None": None,
                     "inf": float("inf"), "nan": float("nan")}.get(word, word)
         self.fail("unexpected character")
         return None  # pragma: no cover
+
+    def number(self, word: re.Match) -> Any:
+        text = word.group(0)
+        if len(text) > MAX_NUMBER_CHARS:
+            self.fail(f"a number longer than {MAX_NUMBER_CHARS} characters")
+        m = _NUMBER_RE.fullmatch(text)
+        if m is None:
+            self.fail(f"not a Python number: {text[:30]!r}")
+        digits = text.replace("_", "")
+        try:
+            if m.group("int") is not None:
+                self.i = word.end()
+                return int(digits)
+            if m.group("float") is not None:
+                value = float(digits)
+            else:
+                value = complex(0, float(digits[:-1].lstrip("+-")))
+                value = -value if digits[0] == "-" else value
+        except ValueError:     # int() below Python's digit limit (PYTHONINTMAXSTRDIGITS)
+            self.fail(f"a number too long for Python: {text[:30]!r}")
+        if not all(map(math.isfinite, (value.real, value.imag))):
+            self.fail(f"a number out of float range: {text[:30]!r}")
+        self.i = word.end()
+        return value
 
     def ident_or_call(self) -> str:
         start = self.i
@@ -90,7 +147,7 @@ class _ReprReader:
         while self.i < len(self.s):
             c = self.s[self.i]
             if c in "'\"":
-                self.string()
+                self.string_end()
                 continue
             if c == opener or (opener != "<" and c in _CLOSERS):
                 stack.append(_CLOSERS.get(c, closer))
@@ -102,24 +159,57 @@ class _ReprReader:
             self.i += 1
         self.fail(f"unclosed {opener}")
 
+    def string_end(self) -> tuple[str, str, str]:
+        """Move past a string literal; return its prefix (lower case), quote and body."""
+        m = _STRING_RE.match(self.s, self.i)
+        body = _BODY_RES[m.group("quote")].match(self.s, m.end())
+        if body is None:
+            self.fail("unterminated string")
+        self.i = body.end()
+        return (m.group("prefix") or "").lower(), m.group("quote"), self.s[m.end():body.end() - 1]
+
     def string(self) -> str:
         start = self.i
-        while self.s[self.i] in "rbuRBU":
-            self.i += 1
-        quote = self.s[self.i]
-        self.i += 1
-        while self.i < len(self.s):
-            c = self.s[self.i]
-            if c == "\\":
-                self.i += 2
-                continue
-            self.i += 1
-            if c == quote:
-                value = ast.literal_eval(self.s[start:self.i])
-                return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-        self.i = start
-        self.fail("unterminated string")
-        return ""  # pragma: no cover
+        prefix, _quote, body = self.string_end()
+        is_bytes = "b" in prefix
+        if is_bytes and not body.isascii():
+            self.i = start
+            self.fail("a non-ASCII character in a bytes literal")
+        if "r" not in prefix and "\\" in body:
+            body = _ESCAPE_RE.sub(lambda e: self.escape(e, is_bytes, start), body)
+        if is_bytes:
+            return body.encode("latin-1").decode("utf-8", "replace")
+        return body
+
+    def escape(self, m: re.Match, is_bytes: bool, start: int) -> str:
+        """One backslash escape as Python reads it; ReprError where Python refuses it."""
+        seq = m.group(1)
+        head = seq[0]
+        if head in "NuU" and is_bytes:
+            return m.group(0)              # not an escape in a bytes literal
+        if head in "01234567":
+            code = int(seq, 8)
+            if is_bytes and code > 0xFF:
+                self.i = start
+                self.fail(f"an octal escape out of range in a bytes literal: \\{seq}")
+            return chr(code)
+        if head in "xuU" and len(seq) > 1:
+            code = int(seq[1:], 16)
+            if code > 0x10FFFF:
+                self.i = start
+                self.fail(f"an escape past the last Unicode character: \\{seq}")
+            return chr(code)
+        if head == "N" and len(seq) > 1:
+            try:
+                return unicodedata.lookup(seq[2:-1])
+            except KeyError:
+                self.i = start
+                self.fail(f"an unknown character name: \\{seq[:40]}")
+        if head in "xNuU":
+            self.i = start
+            self.fail(f"a truncated \\{head} escape")
+        # Python keeps an unknown escape such as \d as it is (and warns)
+        return _SIMPLE_ESCAPES.get(head, m.group(0))
 
     def sequence(self, opener: str, closer: str) -> list:
         self.i += 1
@@ -187,7 +277,10 @@ def parse_repr(text: str) -> Any:
 
     Literals become Python values; other reprs (``KVTransferConfig(...)``,
     ``<DynamicShapesType.BACKED: 'backed'>``, ``torch.bfloat16``) stay strings.
+    Raises :class:`ReprError`, and nothing else, for text that is not a repr.
     """
+    if not isinstance(text, str):
+        raise ReprError(f"a repr is text, not {type(text).__name__}")
     reader = _ReprReader(text)
     value = reader.value()
     reader.ws()

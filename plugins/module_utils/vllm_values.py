@@ -5,7 +5,11 @@
 
 :func:`convert_cli_value` types one command-line word from its
 :class:`~vllm_help.Flag`; the ``to_*`` helpers type a value an operator wrote;
-:func:`format_value` spells a value the YAML way for messages.
+:func:`format_value` spells a value the YAML way for messages;
+:func:`load_json` reads JSON no deeper than :data:`~pyrepr.MAX_DEPTH`.
+
+The ``to_*`` helpers and :func:`load_json` raise ValueError, and nothing else,
+for their callers to catch; the other functions never raise.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import json
 import re
 from typing import Any
 
+from ansible.module_utils.pyrepr import MAX_DEPTH
 from ansible.module_utils.vllm_help import Flag
 
 
@@ -37,7 +42,10 @@ def _human_int(text: str) -> int:
         if "." in number:
             raise ValueError(text)
         return int(number) * binary[unit]
-    return int(float(number) * decimal[unit])
+    try:
+        return int(float(number) * decimal[unit])
+    except OverflowError:       # 1e400k: float() gives inf
+        raise ValueError(text) from None
 
 
 def to_bool(value: Any) -> bool:
@@ -65,17 +73,63 @@ def to_int(value: Any, human: bool = False) -> int:
 def to_float(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError(value)
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        return float(value.strip())
+    try:
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            return float(value.strip())
+    except OverflowError:       # an int past float's range
+        raise ValueError(value) from None
     raise ValueError(value)
+
+
+_JSON_SPECIAL = re.compile(r'[\[\]{}"\\]')
+
+
+def json_depth(text: str, limit: int = MAX_DEPTH) -> int:
+    """How deep the brackets of JSON ``text`` nest, counting no further than
+    ``limit + 1`` (one pass; brackets inside strings do not count)."""
+    depth = deepest = 0
+    in_string = False
+    escaped = -1
+    for m in _JSON_SPECIAL.finditer(text):
+        at, c = m.start(), m.group(0)
+        if at == escaped:
+            continue
+        if in_string:
+            if c == "\\":
+                escaped = at + 1
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                break
+        elif c in "]}":
+            depth -= 1
+    return deepest
+
+
+def load_json(text: str) -> Any:
+    """``json.loads``, with ValueError (not RecursionError) for JSON nested
+    deeper than :data:`~pyrepr.MAX_DEPTH`."""
+    if not isinstance(text, str):
+        raise ValueError(f"JSON is text, not {type(text).__name__}")
+    if json_depth(text) > MAX_DEPTH:
+        raise ValueError(f"JSON nested deeper than {MAX_DEPTH}")
+    try:
+        return json.loads(text)
+    except RecursionError:      # a caller already deep in the stack
+        raise ValueError("JSON nested too deep") from None
 
 
 def maybe_json(text: str, brackets: str = "{") -> Any:
     if text[:1] in brackets:
         try:
-            return json.loads(text)
+            return load_json(text)
         except ValueError:
             return text
     return text

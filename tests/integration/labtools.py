@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import tempfile
@@ -26,6 +27,26 @@ def lab_secrets() -> dict:
 
 def engine_key() -> str:
     return lab_secrets()["vllm_server_api_key"]
+
+
+def secret_values() -> list[str]:
+    """Every secret value the lab plants."""
+    values = []
+    for value in lab_secrets().values():
+        values += value if isinstance(value, list) else [value]
+    return values
+
+
+def files_holding(root: Path, values: list[str]) -> list[str]:
+    """Files under ``root`` whose bytes hold any of ``values``."""
+    needles = [v.encode() for v in values]
+    return sorted(str(p) for p in root.rglob("*") if p.is_file() and any(n in p.read_bytes() for n in needles))
+
+
+# Every ansible-runner private dir this process used (artifacts/<ident>/:
+# stdout, job_events, command with the whole environment): test_secrets.py
+# greps them all.
+RUNNER_DIRS: list[Path] = []
 
 
 @dataclass
@@ -63,6 +84,7 @@ def run_playbook(playbook: str, *args: str, extravars: dict | None = None, timeo
     # env/extravars left there by an earlier run.
     (REPO / ".cache").mkdir(exist_ok=True)
     private = Path(tempfile.mkdtemp(prefix="runner-", dir=REPO / ".cache"))
+    RUNNER_DIRS.append(private)
     r = ansible_runner.run(
         private_data_dir=str(private),
         project_dir=str(REPO),
@@ -77,6 +99,13 @@ def run_playbook(playbook: str, *args: str, extravars: dict | None = None, timeo
     stdout = r.stdout.read()
     print(stdout[-20000:])
     return PlayResult(rc=r.rc, stats=r.stats or {}, stdout=stdout)
+
+
+def said(result: PlayResult, text: str) -> bool:
+    """Whether the play printed ``text``; the YAML callback wraps long lines anywhere and
+    colours each piece."""
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", result.stdout)
+    return " ".join(text.split()) in " ".join(plain.split())
 
 
 def lab_sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:

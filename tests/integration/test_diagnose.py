@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from labtools import REPO, engine_key, lab_args, lab_sh, stop_engines
+from labtools import REPO, engine_key, lab_args, lab_sh, said, stop_engines
 
 BASE_URL = "http://10.200.0.11:8000"
 SMALL_POOL = lab_args(num_gpu_blocks_override=37, max_num_batched_tokens=512)
@@ -146,15 +146,40 @@ def test_three_sessions_the_third_waits_kv_bound(play, tmp_path):
     assert v["evidence"]["preemptions_in_window"] == 0
 
 
-def test_a_wedged_engine_reads_wedged(play, tmp_path):
-    """5. /health answers while nothing generates."""
+def test_a_wedged_engine_reads_wedged_fails_readiness_and_verify_and_the_restart_cures_it(play, tmp_path):
+    """5. /health answers while nothing generates (EngineCore stopped). Expected: the diagnosis
+    reads wedged; verify.yml and the engine's readiness (engine.yml, the same path as site.yml)
+    each fail within a minute saying "wedged" and naming the cure; the cure, the rolling restart,
+    restarts it (consumers on the fallback meanwhile) and it generates again."""
     lab_sh("fault", "wedge", "lab1")
     try:
         v = diagnose(play, tmp_path, extravars={"vllm_diagnose_timeout_s": 5})
+        assert v["verdict"] == "wedged", v
+        assert v["evidence"]["health_status"] == 200
+        for playbook, extravars in (("playbooks/verify.yml", None), ("playbooks/engine.yml", SMALL_POOL)):
+            start = time.monotonic()
+            r = play(playbook, extravars=extravars)
+            took = time.monotonic() - start
+            print(f"{playbook} on a wedged engine: rc {r.rc} after {took:.0f} s")
+            assert r.rc != 0, f"{playbook} passed a wedged engine"
+            assert said(r, "is wedged: /health answers but a one-token completion got no answer in 20 s"), playbook
+            assert said(r, "ansible-playbook playbooks/rolling-restart.yml"), playbook
+            assert took < 120, f"{playbook} took {took:.0f} s to say so"
+        start = time.monotonic()
+        report_path = tmp_path / "restart.json"
+        r = play("playbooks/rolling-restart.yml", extravars={"vllm_restart_report_path": str(report_path)})
+        cured_s = time.monotonic() - start
     finally:
-        lab_sh("fault", "unwedge", "lab1")
-    assert v["verdict"] == "wedged", v
-    assert v["evidence"]["health_status"] == 200
+        lab_sh("fault", "unwedge", "lab1", check=False)
+    assert r.rc == 0, "the rolling restart did not cure the wedged engine"
+    (engine,) = json.loads(report_path.read_text())["engines"]
+    assert engine["verdict"] == "wedged" and engine["outcome"] == "restarted", engine
+    assert engine["drain"] == "fallback"
+    print(f"wedged engine cured by the rolling restart in {cured_s:.0f} s (down {engine['downtime_s']} s)")
+    import openai
+
+    client = openai.OpenAI(base_url=BASE_URL + "/v1", api_key=engine_key(), timeout=60, max_retries=0)
+    assert client.completions.create(model="tiny", prompt="ping", max_tokens=1).usage.completion_tokens == 1
 
 
 def test_slow_prefill_reads_degraded(play, tmp_path):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from labtools import LAB_INVENTORY, REPO, lab_sh, on_host, stop_engines
+from labtools import LAB_INVENTORY, REPO, files_holding, lab_sh, on_host, said, secret_values, stop_engines
 from test_serving_modes import CLIENT, endpoint_env, now_ts, summary, wait_for
 
 pytestmark = pytest.mark.lab
@@ -49,13 +49,6 @@ def restart(play, tmp_path: Path, *args: str, inventory: Path = LAB_INVENTORY, *
     r = play("playbooks/rolling-restart.yml", *args, extravars=dict(extravars, vllm_restart_report_path=str(report)),
              inventory=inventory)
     return r, (json.loads(report.read_text()) if report.exists() else None)
-
-
-def said(result, text: str) -> bool:
-    """Whether the play printed ``text``; the YAML callback wraps long lines anywhere and
-    colours each piece."""
-    plain = re.sub(r"\x1b\[[0-9;]*m", "", result.stdout)
-    return " ".join(text.split()) in " ".join(plain.split())
 
 
 def back_on_the_engine_with_nothing_lost(since: str, via: str = "", what: str = "answers from the engine") -> dict:
@@ -217,6 +210,8 @@ def test_the_cron_entry_runs_the_restart_through_ansible_runner_and_an_overlap_e
     stats = [e for e in stats if e.get("event") == "playbook_on_stats"]
     assert stats and stats[0]["event_data"]["artifact_data"]["vllm_restart_report"]["outcome"] == "succeeded"
     assert not (private / "env" / "cmdline").exists(), "ansible-runner left an env/cmdline for later runs"
+    # artifacts/<ident>/command holds the whole environment, job_events every task's result.
+    assert files_holding(private, secret_values()) == []
     assert re.search(r"rolling restart succeeded, policy when-degraded: engine_lab ", summary_file.read_text())
     # An overlap: the next run finds the lock held and exits 75, not 1.
     lock = re.search(r"flock -n -E 75 (\S+)", command).group(1)

@@ -1,0 +1,44 @@
+"""No secret in any output: the last lab phase.
+
+The lab sets every key (inventory/lab/group_vars/all/secrets.yml: the
+engines' API key, the gate's client key, the gate's admin token) and every
+earlier lab phase ran with them: site.yml, both cutovers, every role's
+molecule scenario, the rolling restarts (the cron path through ansible-runner
+checks its own private dir), the diagnosis. Here everything those runs wrote
+is searched for the values: each ansible-runner private dir (stdout,
+job_events with every task's result, the command file with the whole
+environment), the reports, and on every lab host the whole journal and the
+files under /etc, /var, /tmp, /root, /home, /srv and /opt/vllm-fleet-gate.
+Only the three files meant to hold a key may, and only at their modes.
+"""
+from __future__ import annotations
+
+import shlex
+
+from labtools import REPO, RUNNER_DIRS, files_holding, on_host, secret_values
+
+HOSTS = ("lab1", "lab2", "lab3")
+# The files that hold a key by design, and their modes.
+KEY_FILES = {"/etc/default/vllm": "600", "/etc/vllm-fleet/gate.json": "600", "/etc/vllm-fleet/endpoint.env": "640"}
+
+
+def test_the_runs_wrote_no_secret_on_the_controller():
+    assert RUNNER_DIRS, "no playbook ran in this session: run the whole lab suite (make lab-e2e)"
+    found = [f for d in RUNNER_DIRS for f in files_holding(d, secret_values())]
+    found += files_holding(REPO / "reports", secret_values())
+    assert found == []
+
+
+def test_no_host_holds_a_secret_outside_its_key_files():
+    patterns = " ".join(f"-e {shlex.quote(v)}" for v in secret_values())
+    allowed = " ".join(f"-e {shlex.quote(path)}" for path in KEY_FILES)
+    for host in HOSTS:
+        journal = on_host(host, f"journalctl --no-pager -o cat | grep -cF {patterns}; true").strip()
+        assert journal == "0", f"{host}'s journal holds a secret on {journal} line(s)"
+        files = on_host(host, f"grep -rlF {patterns} /etc /var /tmp /root /home /srv /opt/vllm-fleet-gate"
+                              f" --exclude-dir=journal 2>/dev/null | grep -vxF {allowed}; true").split()
+        assert files == [], f"{host}: {files}"
+        modes = on_host(host, f"stat -c '%n %a' {' '.join(KEY_FILES)} 2>/dev/null; true").split("\n")
+        for line in filter(None, modes):
+            path, mode = line.rsplit(" ", 1)
+            assert mode == KEY_FILES[path], f"{host}: {path} is {mode}, not {KEY_FILES[path]}"
