@@ -66,7 +66,7 @@ test: lint syntax unit lab-e2e ## Everything CI runs: lint, syntax, unit tests, 
 # with the field's small pool.
 LAB_TESTS := tests/integration/test_lab_hosts.py tests/integration/test_site.py tests/integration/test_serving_modes.py \
              tests/integration/test_molecule.py tests/integration/test_restart.py tests/integration/test_diagnose.py \
-             tests/integration/test_secrets.py
+             tests/integration/test_security.py
 lab-e2e: $(STAMP) lab-deps ## The lab end to end: fresh hosts, every integration test and molecule scenario, teardown
 	@echo ">> lab end to end (tests/integration): fresh hosts, then site.yml and friends"
 	@$(LAB_SH) down >/dev/null

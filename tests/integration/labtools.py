@@ -19,7 +19,7 @@ LAB_SECRETS = REPO / "inventory" / "lab" / "group_vars" / "all" / "secrets.yml"
 
 def lab_secrets() -> dict:
     """The lab's keys (the engines', the gate's clients', the gate's admin token): every
-    client a test runs carries them, and test_secrets.py looks for them in all output."""
+    client a test runs carries them, and test_security.py looks for them in all output."""
     import yaml
 
     return yaml.safe_load(LAB_SECRETS.read_text())
@@ -44,7 +44,7 @@ def files_holding(root: Path, values: list[str]) -> list[str]:
 
 
 # Every ansible-runner private dir this process used (artifacts/<ident>/:
-# stdout, job_events, command with the whole environment): test_secrets.py
+# stdout, job_events, command with the whole environment): test_security.py
 # greps them all.
 RUNNER_DIRS: list[Path] = []
 
