@@ -29,6 +29,7 @@ ENGINE_URL = "http://10.200.0.11:8000/v1"
 TWO_ENGINES = REPO / "inventory" / "lab-two-engines" / "hosts.yml"
 ENGINE_B_URL = "http://10.200.0.12:8000/v1"
 FALLBACK_URL = "http://127.0.0.1:8001/v1"
+FALLBACK_UNIT = "vllm-fleet-fallback.service"
 VLLM_BIN = "/opt/vllm/bin/vllm"
 
 
@@ -120,6 +121,23 @@ def test_a_stopped_worker_stops_the_run_before_anything_changes(client, play, tm
     assert said(r, "Nothing was changed: engine host(s) lab2 do not answer")
     assert report is None, "a run stopped by the preflight wrote a report"
     assert (engine_started_at(), endpoint_env()) == before
+
+
+def test_a_fallback_that_does_not_answer_stops_the_run_before_anything_changes(client, play, tmp_path):
+    """Fault: the consumers' fallback itself down during a planned fallback. Expected: the run
+    fails before the engine is touched, naming the fallback; the consumers stay on the engine,
+    which keeps serving them (0 errors, 0 fallbacks)."""
+    since = now_ts()
+    before = (engine_started_at(), endpoint_env())
+    on_host("lab3", f"systemctl stop {FALLBACK_UNIT}")
+    try:
+        r, _ = restart(play, tmp_path, "-e", "restart_policy=always")
+    finally:
+        on_host("lab3", f"systemctl start {FALLBACK_UNIT}")
+    assert r.rc != 0
+    assert said(r, f"Nothing was changed: {FALLBACK_URL} does not answer lab3")
+    assert (engine_started_at(), endpoint_env()) == before
+    back_on_the_engine_with_nothing_lost(since)
 
 
 def test_a_failure_mid_restart_leaves_the_consumers_on_the_fallback_and_a_rerun_converges(client, play, tmp_path):

@@ -45,20 +45,25 @@ def test_no_host_holds_a_secret_outside_its_key_files():
 
 
 def listeners(host: str) -> set[str]:
-    """The host's listening TCP sockets, as address:port."""
-    return {line.split()[3] for line in on_host(host, "ss -Hltn").splitlines() if line.strip()}
+    """The host's listening TCP sockets, as address:port (IPv4-mapped IPv6 written as IPv4)."""
+    found = set()
+    for line in on_host(host, "ss -Hltn").splitlines():
+        if line.strip():
+            address, _, port = line.split()[3].rpartition(":")
+            found.add(address.removeprefix("[::ffff:").strip("[]") + ":" + port)
+    return found
 
 
 def test_the_engine_and_the_gate_listen_only_where_the_inventory_says():
     """vllm serve on the head's own address (vllm_server_host), the gate on its host's
-    (gate_service_listen_host), Ray's client server on loopback, no dashboard; never on
-    every interface. (Ray's GCS, 6379, binds every address whatever it is told: a firewall
-    keeps it to the engine's peers, docs/ports-and-secrets.md.)"""
+    (gate_service_listen_host), Ray's client server on the node's address and loopback, no
+    dashboard; none of them on every interface. (Ray's GCS, raylet and worker ports bind
+    every address whatever Ray is told: docs/ports-and-secrets.md.)"""
     where = {"lab1": "10.200.0.11", "lab2": "10.200.0.12", "lab3": "10.200.0.13"}
     for host, address in where.items():
         seen = listeners(host)
         for port, allowed in (("8000", {f"{address}:8000"}), ("8100", {f"{address}:8100"}),
-                              ("10001", {"127.0.0.1:10001"}), ("8265", set())):
+                              ("10001", {f"{address}:10001", "127.0.0.1:10001"}), ("8265", set())):
             on_port = {s for s in seen if s.rsplit(":", 1)[1] == port}
             assert on_port <= allowed, f"{host} listens on {sorted(on_port)}; only {sorted(allowed)} may"
     assert "10.200.0.11:8000" in listeners("lab1"), "the engine's API is not listening on the head's address"

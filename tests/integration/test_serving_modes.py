@@ -148,6 +148,8 @@ def test_a_killed_gate_comes_back_and_the_fallbacks_show_the_outage(client, play
     mark = now_ts()
     wait_for(lambda: summary(mark)["by_mode"].get("gate", {}).get("ok", 0) >= 3, 60, "answers through the restarted gate")
     s = summary(since)
+    print(f"fault kill-gate: {s['outcomes'].get('error', 0)} failed, {s['outcomes'].get('fallback', 0)} fell back,"
+          f" outage as the application saw it {s['longest_fallback_run_s']} s")
     assert s["outcomes"].get("error", 0) == 0, s
     # Requests that met the dead gate went to the fallback model; the
     # longest run of them is the outage as the application saw it.
