@@ -338,6 +338,9 @@ def _shared_head_problems(hosts, hostvars, engine, head, values) -> list[str]:
 
 def engine_records(hosts, hostvars):
     """One record per engine among ``hosts``, in inventory order."""
+    # Each engine's checks read every host; Ansible's hostvars builds a
+    # host's variables anew on each lookup, so look each host up once.
+    hostvars = {name: hostvars[name] for name in hosts or []}
     return [engine_record(hosts, hostvars, engine) for engine in engine_names(hosts, hostvars)]
 
 

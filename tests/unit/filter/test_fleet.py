@@ -37,6 +37,9 @@ engine_names = FILTERS["engine_names"]
 engine_records = FILTERS["engine_records"]
 gate_url = FILTERS["gate_url"]
 gate_upstreams = FILTERS["gate_upstreams"]
+engine_rank = FILTERS["engine_rank"]
+host_problems = FILTERS["host_problems"]
+playbook_needs = FILTERS["playbook_needs"]
 engine_record = plugin.engine_record  # not a filter: engine_records calls it per engine
 model_path = plugin.model_path
 fleet_defaults = plugin.fleet_defaults
@@ -47,8 +50,9 @@ systemd_quote = FILTERS["systemd_quote"]
 
 
 def test_filters_are_registered():
-    assert set(FILTERS) == {"engine_peers", "engine_names", "engine_heads", "engine_records", "gate_url",
-                            "gate_upstreams", "vllm_argv", "systemd_quote"}
+    assert set(FILTERS) == {"engine_peers", "engine_names", "engine_heads", "engine_records", "engine_rank",
+                            "host_problems", "playbook_needs", "gate_url", "gate_upstreams", "vllm_argv",
+                            "systemd_quote"}
 
 
 # --- engine_peers / engine_names ------------------------------------------------------------
@@ -151,21 +155,24 @@ D = DEFAULTS
 # What the record reads from hostvars; the inventory mirrors below are
 # compared on these keys only.
 READS = set(ENGINE_KEYS) | set(RETIRED) | {
-    "vllm_fleet_engine", "vllm_fleet_rank", "vllm_fleet_address", "ansible_host",
+    "vllm_fleet_engine", "vllm_fleet_rank", "vllm_fleet_address", "ansible_host", "group_names",
     "gate_service_listen_host", "gate_service_port"}
 
 # The lab (inventory/lab/hosts.yml and group_vars/vllm_engines/engine.yml) as
-# hostvars holds it: group vars copied onto each host; lab3 is the consumer
-# and the gate. test_lab_mirrors_the_inventory keeps this copy honest.
+# hostvars holds it: group vars copied onto each host, with its groups (sorted,
+# as Ansible's group_names); lab3 is the consumer and the gate.
+# test_lab_mirrors_the_inventory keeps this copy honest.
 _LAB_ENGINE = {"vllm_fleet_engine": "engine_lab", "vllm_install_model_source": "host:/srv/models/tiny",
                "vllm_fleet_gpus_per_host": 1, "vllm_server_tensor_parallel_size": 2,
                "vllm_fleet_context_tokens": 2048, "vllm_server_served_model_name": "tiny",
                "vllm_verify_min_sessions": 2, "vllm_fleet_probe_prompt_tokens": 1024,
                "vllm_fleet_prefill_threshold_floor": 1.5}
+_LAB_ENGINE_GROUPS = ["engine_lab", "vllm_engines"]
 LAB = {
-    "lab1": dict(_LAB_ENGINE, ansible_host="10.200.0.11", vllm_fleet_rank=0),
-    "lab2": dict(_LAB_ENGINE, ansible_host="10.200.0.12", vllm_fleet_rank=1),
-    "lab3": {"ansible_host": "10.200.0.13", "gate_service_admin_token": "lab-admin-token-not-a-secret"},
+    "lab1": dict(_LAB_ENGINE, ansible_host="10.200.0.11", vllm_fleet_rank=0, group_names=_LAB_ENGINE_GROUPS),
+    "lab2": dict(_LAB_ENGINE, ansible_host="10.200.0.12", vllm_fleet_rank=1, group_names=_LAB_ENGINE_GROUPS),
+    "lab3": {"ansible_host": "10.200.0.13", "gate_service_admin_token": "lab-admin-token-not-a-secret",
+             "group_names": ["consumers", "gate"]},
 }
 LAB_ENGINE_HOSTS = ["lab1", "lab2"]
 
@@ -183,9 +190,11 @@ def _engine(ranks, engine="e", **settings):
 
 def _inventory_hostvars(inventory: Path) -> dict:
     """Each host's variables from an inventory folder (hosts.yml plus
-    group_vars/<group>/*.yml), a host's own over its group's, a child group's
-    over its parent's. Enough of Ansible's precedence for these inventories."""
-    hostvars = {}
+    group_vars/<group>/*.yml) and its groups (group_names), in Ansible's
+    order: a group's vars in hosts.yml, then group_vars files (both a child
+    group's over its parent's), then the host's own. Enough of Ansible's
+    precedence for these inventories."""
+    found = {}  # host: (group vars in hosts.yml, group_vars files, its own vars, its groups)
 
     def group_vars(group):
         merged = {}
@@ -193,15 +202,19 @@ def _inventory_hostvars(inventory: Path) -> dict:
             merged.update(yaml.safe_load(path.read_text()) or {})
         return merged
 
-    def walk(group, node, inherited):
-        own = dict(inherited, **group_vars(group), **(node.get("vars") or {}))
+    def walk(group, node, inline, files, path):
+        inline = {**inline, **(node.get("vars") or {})}
+        files = {**files, **group_vars(group)}
+        path = path + ((group,) if group != "all" else ())
         for host, hv in (node.get("hosts") or {}).items():
-            hostvars[host] = dict(hostvars.get(host, {}), **own, **(hv or {}))
+            was = found.get(host, ({}, {}, {}, set()))
+            found[host] = ({**was[0], **inline}, {**was[1], **files}, {**was[2], **(hv or {})}, was[3] | set(path))
         for child, child_node in (node.get("children") or {}).items():
-            walk(child, child_node or {}, own)
+            walk(child, child_node or {}, inline, files, path)
 
-    walk("all", yaml.safe_load((inventory / "hosts.yml").read_text())["all"], {})
-    return hostvars
+    walk("all", yaml.safe_load((inventory / "hosts.yml").read_text())["all"], {}, {}, ())
+    return {host: {**inline, **files, **own, "group_names": sorted(groups)}
+            for host, (inline, files, own, groups) in found.items()}
 
 
 def _reads(hostvars):
@@ -252,7 +265,7 @@ def test_the_lab_engine(hosts):
     }]
 
 
-@pytest.mark.parametrize("inventory", ["lab", "example"])
+@pytest.mark.parametrize("inventory", ["lab", "lab-two-engines", "example"])
 def test_shipped_inventories_describe_valid_engines(inventory):
     hostvars = _inventory_hostvars(REPO / "inventory" / inventory)
     hosts = [name for name, hv in hostvars.items() if "vllm_fleet_engine" in hv]
@@ -613,7 +626,8 @@ def test_exactly_one_head_and_no_rank_twice(ranks, head):
     record = engine_record(list(hostvars), hostvars, "e")
     assert record["problems"] == [
         "engine e must have exactly one host with vllm_fleet_rank 0 and no rank twice;"
-        f" its ranks are {sorted(int(r) for r in ranks)}"]
+        f" its ranks are {sorted(int(r) for r in ranks)}. Give the head (the Ray head, runs vllm serve) 0 and"
+        " the other hosts 1, 2, ..., each rank once"]
     assert record["head"] == head
 
 
@@ -1030,3 +1044,204 @@ def test_record_carries_probe_settings():
 def test_probe_prompt_is_capped_at_half_the_context():
     hv = _lab(lab1={"vllm_fleet_probe_prompt_tokens": 4096}, lab2={"vllm_fleet_probe_prompt_tokens": 4096})
     assert engine_records(LAB_ENGINE_HOSTS, hv)[0]["probe_prompt_tokens"] == 1024
+
+
+# --- the inventory checks the preflight runs (playbooks/preflight.yml) -------------------------
+
+@pytest.mark.parametrize("value, rank", [
+    (0, 0), (3, 3), ("0", 0), ("12", 12),
+    (-1, None), ("-1", None), (1.5, None), ("1.5", None), (True, None), (False, None), ("", None),
+    ("one", None), (None, None), (" 1", None), ([0], None),
+], ids=repr)
+def test_engine_rank(value, rank):
+    # The preflight's rank check: the same rule as engine_peers.
+    assert engine_rank(value) == rank
+
+
+@pytest.mark.parametrize("name", ["engine_a", "e", "B-2", "lab_engine-7", "a" * 63])
+def test_a_safe_engine_name(name):
+    hostvars = _engine([0, 1], engine=name)
+    assert engine_record(list(hostvars), hostvars, name)["problems"] == []
+
+
+@pytest.mark.parametrize("name", ["engine a", "engine/a", "2engine", "_a", "-a", "a.b", "a%n", "a\nb", "é", "a" * 64,
+                                  7])
+def test_an_unsafe_engine_name(name):
+    hostvars = _engine([0, 1], engine=name)
+    assert engine_record(list(hostvars), hostvars, name)["problems"] == [
+        f"engine {str(name)!r}: vllm_fleet_engine must be letters, digits, '_' and '-', starting with a letter"
+        " (at most 63): it names the engine's units, its upstream at the gate and its lines in the reports."
+        " Rename it on the engine's group"]
+
+
+def _grouped(hostvars, **groups):
+    """Each host with the group_names Ansible gives it: _grouped(hv, a=["a-0"])."""
+    return {name: dict(hv, group_names=sorted(g for g, members in groups.items() if name in members))
+            for name, hv in hostvars.items()}
+
+
+def test_a_host_listed_in_two_engines_groups():
+    # spark2 under engine_a (rank 1) and engine_b (rank 0): Ansible gives it
+    # engine_b's vllm_fleet_engine (the later group) and the later rank.
+    hostvars = _grouped({
+        "spark1": {"vllm_fleet_engine": "engine_a", "vllm_fleet_rank": 0},
+        "spark2": {"vllm_fleet_engine": "engine_b", "vllm_fleet_rank": 0},
+        "spark3": {"vllm_fleet_engine": "engine_b", "vllm_fleet_rank": 1},
+    }, engine_a=["spark1", "spark2"], engine_b=["spark2", "spark3"])
+    a, b = engine_records(list(hostvars), hostvars)
+    assert ("engine engine_a: spark2 is listed in its group engine_a but belongs to engine engine_b (another group"
+            " sets its vllm_fleet_engine). A host serves one engine: list it under one engine's group only"
+            ) in a["problems"]
+    assert a["hosts"] == ["spark1"]
+    assert not any("is listed in its group" in p for p in b["problems"])
+
+
+def test_a_host_that_overrides_its_groups_engine():
+    hostvars = _grouped(_engine([0, 1], engine="engine_a"), engine_a=["engine_a-0", "engine_a-1"])
+    hostvars["engine_a-1"]["vllm_fleet_engine"] = "engine_b"
+    (problem,) = [p for p in engine_records(list(hostvars), hostvars)[0]["problems"] if "is listed" in p]
+    assert problem.startswith("engine engine_a: engine_a-1 is listed in its group engine_a but belongs to engine"
+                              " engine_b")
+
+
+def test_groups_not_named_after_an_engine_are_no_engines():
+    # Other groupings of engine hosts (a rack, a GPU kind) are not engines.
+    hostvars = _grouped(_engine([0, 1]), e=["e-0", "e-1"], rack1=["e-0", "e-1"], dgx=["e-1"])
+    assert engine_records(list(hostvars), hostvars)[0]["problems"] == []
+
+
+@pytest.mark.parametrize("first, second, address", [
+    ({"vllm_fleet_address": "192.0.2.11"}, {"vllm_fleet_address": "192.0.2.11"}, "192.0.2.11"),
+    ({"ansible_host": "192.0.2.11"}, {"ansible_host": "192.0.2.11"}, "192.0.2.11"),
+    # one management address, the engine address copied: still one engine address
+    ({"ansible_host": "10.0.0.1", "vllm_fleet_address": "192.0.2.11"}, {"ansible_host": "10.0.0.2",
+                                                                         "vllm_fleet_address": "192.0.2.11"},
+     "192.0.2.11"),
+])
+def test_two_hosts_of_an_engine_on_one_address(first, second, address):
+    hostvars = _engine([0, 1])
+    hostvars["e-0"].update(first)
+    hostvars["e-1"].update(second)
+    assert engine_record(list(hostvars), hostvars, "e")["problems"] == [
+        f"engine e: e-0 and e-1 have the same address {address} (vllm_fleet_address, else ansible_host), but each"
+        " rank needs a machine of its own. Fix the copied address"]
+
+
+def test_hosts_behind_one_management_address_with_their_own_engine_addresses():
+    # As the rejection tests' inventories: every host at 127.0.0.1 for ssh.
+    hostvars = _engine([0, 1])
+    hostvars["e-0"].update(ansible_host="127.0.0.1", vllm_fleet_address="192.0.2.11")
+    hostvars["e-1"].update(ansible_host="127.0.0.1", vllm_fleet_address="192.0.2.12")
+    assert engine_record(list(hostvars), hostvars, "e")["problems"] == []
+
+
+def _two_engines(a=None, b=None, address_b="192.0.2.11"):
+    """Engines a and b, one host each (TP 1), heads at 192.0.2.11 and
+    ``address_b``, each with its own settings."""
+    settings = {"vllm_server_tensor_parallel_size": 1}
+    hostvars = dict(_engine([0], engine="a", vllm_fleet_address="192.0.2.11", **settings, **(a or {})),
+                    **_engine([0], engine="b", vllm_fleet_address=address_b, **settings, **(b or {})))
+    return engine_records(list(hostvars), hostvars)
+
+
+OWN_MACHINE = {"vllm_server_port": 8001, "vllm_server_unit": "vllm-b.service", "ray_cluster_port": 6380,
+               "ray_cluster_unit": "ray-b.service"}
+
+
+@pytest.mark.parametrize("b, same", [
+    ({}, f"vllm_server_port {D['vllm_server_port']}, vllm_server_unit {D['vllm_server_unit']},"
+         f" ray_cluster_port {D['ray_cluster_port']}, ray_cluster_unit {D['ray_cluster_unit']}"),
+    (dict(OWN_MACHINE, vllm_server_port=D["vllm_server_port"]), f"vllm_server_port {D['vllm_server_port']}"),
+    (dict(OWN_MACHINE, ray_cluster_unit=D["ray_cluster_unit"]), f"ray_cluster_unit {D['ray_cluster_unit']}"),
+])
+def test_two_engines_heads_on_one_machine_with_the_same_port_or_unit(b, same):
+    a_record, b_record = _two_engines(b=b)
+    assert a_record["problems"] == []  # said once, on the later engine
+    assert b_record["problems"] == [
+        f"engine b: its head b-0 and the head a-0 of engine a are both at 192.0.2.11 with the same {same}."
+        " Engines that share a machine need their own vllm_server_port, vllm_server_unit, ray_cluster_port,"
+        " ray_cluster_unit: set them on one engine's group, or fix the copied address"]
+
+
+def test_an_mp_head_shares_only_what_it_binds():
+    # An mp head binds no Ray port, and a Ray head no master port.
+    mp = {"vllm_server_backend": "mp", "vllm_server_port": 8001, "vllm_server_unit": "vllm-b.service"}
+    assert [r["problems"] for r in _two_engines(b=mp)] == [[], []]
+    (problem,) = _two_engines(b=dict(mp, vllm_server_port=D["vllm_server_port"]))[1]["problems"]
+    assert f"with the same vllm_server_port {D['vllm_server_port']}. " in problem
+    assert "need their own vllm_server_port, vllm_server_unit, vllm_server_master_port:" in problem
+
+
+@pytest.mark.parametrize("b, address_b", [
+    (OWN_MACHINE, "192.0.2.11"),   # one machine, its own ports and units
+    ({}, "192.0.2.21"),            # the defaults, on another machine
+])
+def test_two_engines_that_do_not_collide(b, address_b):
+    assert [r["problems"] for r in _two_engines(b=b, address_b=address_b)] == [[], []]
+
+
+def test_an_engine_without_a_head_is_not_compared():
+    # Its own record says it has no head; no second message about a stand-in.
+    settings = {"vllm_server_tensor_parallel_size": 1, "vllm_fleet_address": "192.0.2.11"}
+    hostvars = dict(_engine([1], engine="a", **settings), **_engine([0], engine="b", **settings))
+    a, b = engine_records(list(hostvars), hostvars)
+    assert (len(a["problems"]), b["problems"]) == (1, [])
+    hostvars = dict(_engine([0], engine="a", **settings), **_engine([1], engine="b", **settings))
+    a, b = engine_records(list(hostvars), hostvars)
+    assert (a["problems"], len(b["problems"])) == ([], 1)
+
+
+@pytest.mark.parametrize("name, hv, ports, problems", [
+    ("app1", {"ansible_host": "192.0.2.21"}, (), []),
+    ("app1", {"vllm_fleet_address": "192.0.2.21"}, (), []),
+    ("192.0.2.21", {}, (), []),
+    ("2001:db8::21", {}, (), []),
+    ("app1.example.net", {}, (), []),
+    ("localhost", {}, (), []),
+    ("app2", {}, (), ["app2 in the group consumers has no address: set its ansible_host (and vllm_fleet_address if"
+                      " the model is reached on another network), or check the name for a typo that made it a new"
+                      " host"]),
+    ("app2", {"ansible_host": ""}, (), ["app2 in the group consumers has no address"]),
+    ("app1", {"ansible_host": "192.0.2.21"}, ("gate_service_port",), []),
+    ("app1", {"ansible_host": "192.0.2.21", "gate_service_port": "8100"}, ("gate_service_port",), []),
+    ("app1", {"ansible_host": "192.0.2.21", "gate_service_port": 70000}, ("gate_service_port",),
+     ["app1 in the group consumers: gate_service_port must be a port number (1-65535), got 70000"]),
+    ("app1", {"ansible_host": "192.0.2.21", "gate_service_port": "http"}, ("gate_service_port",),
+     ["app1 in the group consumers: gate_service_port must be a port number (1-65535), got 'http'"]),
+])
+def test_host_problems(name, hv, ports, problems):
+    found = host_problems([name], {name: hv}, "consumers", ports)
+    assert len(found) == len(problems)
+    for got, want in zip(found, problems):
+        assert got.startswith(want)
+
+
+def test_host_problems_without_hosts():
+    assert host_problems(None, {}, "gate") == host_problems([], {}, "gate", ["gate_service_port"]) == []
+
+
+NEEDS = {"site.yml": ["consumers"], "gate-cutover.yml": ["consumers", "gate"]}
+
+
+@pytest.mark.parametrize("playbooks, needs", [
+    (["site.yml"], [{"group": "consumers", "playbooks": ["site.yml"]}]),
+    (["/opt/vllm-fleet/site.yml"], [{"group": "consumers", "playbooks": ["site.yml"]}]),
+    (["playbooks/gate-cutover.yml"], [{"group": "consumers", "playbooks": ["gate-cutover.yml"]},
+                                      {"group": "gate", "playbooks": ["gate-cutover.yml"]}]),
+    (["site.yml", "playbooks/gate-cutover.yml"], [{"group": "consumers", "playbooks": ["site.yml", "gate-cutover.yml"]},
+                                                  {"group": "gate", "playbooks": ["gate-cutover.yml"]}]),
+    (["playbooks/diagnose.yml"], []),     # needs the engines only
+    (["playbooks/cutover.yml"], []),      # a part, not in the table
+    ([], []),
+])
+def test_playbook_needs(playbooks, needs):
+    assert playbook_needs(NEEDS, playbooks) == needs
+
+
+def test_playbook_needs_reads_the_command_line(monkeypatch):
+    from ansible import context
+
+    monkeypatch.setattr(context, "CLIARGS", {"args": ("playbooks/gate-cutover.yml",)})
+    assert [n["group"] for n in playbook_needs(NEEDS)] == ["consumers", "gate"]
+    monkeypatch.setattr(context, "CLIARGS", {})
+    assert playbook_needs(NEEDS) == []
