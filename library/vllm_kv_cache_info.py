@@ -19,7 +19,16 @@ description:
     The V1 lines C(GPU KV cache size: N tokens) and C(Maximum concurrency for M tokens per request: X.XXx),
     separate up to v0.27.
     The combined line from v0.28, whose first word is the device (C(GPU), C(CPU), C(XPU), C(GPU + host)) from v0.30.
-  - Any line prefix is accepted (ANSI colour, journald, docker, nested process and Ray prefixes, k9s boxes).
+  - >-
+    Each line counts only where vLLM prints it: at the start of the message after vLLM's log prefix
+    (level, C(MM-DD HH:MM:SS), C([file.py:N])), logged by the file that prints that line
+    (C(kv_cache_utils.py) or a V0 executor for the capacity lines, a worker for the memory line,
+    the API server's entrypoints for the banner and C(non-default args)).
+    Before vLLM's prefix may stand what log collectors add: ANSI colour, journald and syslog stamps,
+    docker and kubelet timestamps, docker compose and kubectl names, vLLM's and Ray's process labels (nested),
+    quote bars and k9s boxes. A line that starts with other text is not vLLM's.
+    An excerpt pasted without vLLM's prefixes is read from the start of each line,
+    until a line with vLLM's prefix shows the log has them.
   - >-
     When a source holds several boots, only the latest is reported.
     Boots start at the API-server banner, C(non-default args), C(args: Namespace() or C(Initializing a V1 LLM engine).
@@ -29,8 +38,13 @@ description:
     Data-parallel engines (C(EngineCore_DP0), C(EngineCore_DP1), ...) each keep their own pool in RV(per_engine),
     and the top-level values are those of the engine with the smallest pool.
   - >-
-    Look-alikes such as C(GPU KV cache usage: 0.0%), prose and tqdm residue glued onto numbers never match;
-    a value that cannot be read is returned as null, never guessed.
+    Look-alikes never match: C(GPU KV cache usage: 0.0%), prose, tqdm residue glued onto numbers,
+    and capacity lines or version banners quoted inside a logged prompt (C(--enable-log-requests)),
+    so whoever can send a prompt can neither change the reported pool nor start a new boot.
+  - >-
+    A value that cannot be read (non-ASCII digits, a figure longer than any vLLM prints) is returned as null,
+    never guessed. Any input, however long, malformed or binary, gives a result or a failure message,
+    never a traceback, in time linear in its size.
   - On a multi-node deployment only the node that runs the engine core (the head node, rank 0) prints the line.
     When the line is missing the failure says whether the log looks like a worker node's,
     a failed start, or Ray still waiting.
@@ -87,6 +101,8 @@ notes:
   - Before v0.30, V1 prints C(GPU KV cache size) even on the CPU backend, so RV(device) is the word vLLM printed.
   - For hybrid models before v0.20.1 the token figure and the concurrency ratio disagree (vLLM issue 40694);
     the module warns when floor(tokens / context) and floor(ratio) differ for the same context.
+  - vLLM's own log format is what the module reads. A custom logging config (C(VLLM_LOGGING_CONFIG_PATH)) or a
+    C(VLLM_LOGGING_PREFIX) of another shape makes the lines unreadable (RV(found=false)), never misread.
 seealso:
   - name: vLLM parallelism and scaling
     description: How tensor- and pipeline-parallel ranks share one engine's KV cache pool. C(docs/modules.md)

@@ -6,10 +6,14 @@
 vLLM 0.9 and later log ``non-default args: {...}`` (a dict repr, read with
 :func:`~pyrepr.parse_repr`) at start-up; the version comes from the banner
 before it, or the ``LLM engine (vX)`` line after it.
+
+Lines are taken apart as :mod:`vllm_kv_cache` does (one reading of vLLM's log
+prefix for both): each kind counts only at the start of a message logged by
+the file that prints it, so an args line or a banner quoted inside a logged
+prompt is never read.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,16 +22,15 @@ from ansible.module_utils.pyrepr import ReprError, parse_repr
 from ansible.module_utils.secrets_mask import mask_value
 from ansible.module_utils.vllm_flag_errors import SourceError
 from ansible.module_utils.vllm_help import FlagTable
+from ansible.module_utils.vllm_kv_cache import LogLines, boot_marker
 from ansible.module_utils.vllm_settings import SOURCE_LOG, Setting, Unknown
 from ansible.module_utils.vllm_values import format_value
 
 
 _ARGS_MARK = "non-default args: "
-_LOG_VERSION_RES = (
-    re.compile(r"vLLM(?: API)? server version\s+v?(\d+\.\d+[^\s,]*)"),
-    re.compile(r"(?:^|[\]█▀▄])\s*version\s+v?(\d+\.\d+[^\s,]*)"),
-)
-_ENGINE_VERSION_RE = re.compile(r"LLM engine \(v(\d+\.\d+[^)\s]*)\)")
+# A line longer than this is read up to it: one newline-free blob cannot grow
+# memory without bound, and no real args line comes near it.
+MAX_LINE = 1 << 20
 
 
 @dataclass
@@ -38,35 +41,29 @@ class BootLog:
     version: str | None
 
 
-def _line_version(line: str) -> str | None:
-    for regex in _LOG_VERSION_RES:
-        m = regex.search(line)
-        if m:
-            return m.group(1)
-    return None
-
-
 def parse_boot_log_lines(lines, path: str = "<log>") -> BootLog:
     """The latest boot's ``non-default args`` dict and version.
 
     The version is the last banner line at or before that args line; failing
     that, the first ``LLM engine (vX)`` line after it."""
+    reader = LogLines()
     banner_version = None
     args_text, args_line, args_version, engine_after = None, None, None, None
     for number, raw in enumerate(lines, 1):
-        line = strip_ansi(raw.rstrip("\n"))
-        version = _line_version(line)
-        if version:
-            banner_version = version
-        idx = line.find(_ARGS_MARK)
-        if idx >= 0:
-            args_text, args_line = line[idx + len(_ARGS_MARK):].strip(), number
-            args_version, engine_after = banner_version, None
-            continue
-        if engine_after is None:
-            m = _ENGINE_VERSION_RE.search(line)
-            if m:
-                engine_after = m.group(1)
+        # tqdm redraws with a bare CR; each segment is its own line.
+        for seg in strip_ansi(raw[:MAX_LINE].rstrip("\r\n")).split("\r"):
+            line = reader.read(seg)
+            mark = boot_marker(line) if line is not None else None
+            if mark is None:
+                continue
+            kind, version = mark
+            if kind == "banner":
+                banner_version = version
+            elif kind == "args" and line.message.startswith(_ARGS_MARK):
+                args_text, args_line = line.message[len(_ARGS_MARK):].strip(), number
+                args_version, engine_after = banner_version, None
+            elif kind == "engine" and engine_after is None:
+                engine_after = version
     args = None
     if args_text is not None:
         try:
@@ -80,16 +77,36 @@ def parse_boot_log_lines(lines, path: str = "<log>") -> BootLog:
     return BootLog(path=path, args=args, args_line=args_line, version=version)
 
 
+def _read_lines(handle):
+    """The lines of ``handle``, each cut at MAX_LINE characters (the rest of a
+    longer line is skipped, so line numbers stay those of the file)."""
+    while True:
+        line = handle.readline(MAX_LINE)
+        if not line:
+            return
+        yield line
+        while not line.endswith("\n"):
+            line = handle.readline(MAX_LINE)
+            if not line:
+                return
+
+
 def parse_boot_log(path: str) -> BootLog:
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return parse_boot_log_lines(handle, path)
+        handle = open(path, encoding="utf-8", errors="replace")
     except FileNotFoundError:
         raise SourceError(f"log_path {path} does not exist; give the vLLM server's boot log") from None
     except IsADirectoryError:
         raise SourceError(f"log_path {path} is a directory; give the boot log file") from None
     except PermissionError:
         raise SourceError(f"log_path {path} is not readable by this user; use become") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        raise SourceError(f"cannot open log_path {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    with handle:
+        try:
+            return parse_boot_log_lines(_read_lines(handle), path)
+        except OSError as exc:
+            raise SourceError(f"cannot read log_path {path}: {exc.strerror or exc}") from None
 
 
 def log_settings(boot: BootLog, table: FlagTable) -> tuple[dict[str, Setting], list[Unknown]]:

@@ -24,6 +24,17 @@ How the scan stays fast and small:
   An anchor that is common in some log only costs time, never correctness.
 * Memory is bounded: one chunk, one partial line, a few values per engine and
   the last ``EVIDENCE_MAX`` matched lines of the latest boot.
+* Time is linear in the input, whatever it holds: a hit takes its whole line
+  at once (the search goes on after it), and every line pattern is matched at
+  one place with bounded, non-overlapping repeats.
+
+Each line kind counts only where vLLM prints it: at the start of the message,
+right after vLLM's own prefix (level, ``MM-DD HH:MM:SS``, ``[file.py:N]``),
+from the file that logs it (``kv_cache_utils.py`` for the capacity lines, the
+API server's entrypoints for the banner). A prompt that the request logger
+quotes (``[logger.py:N] Received request ...: prompt: '... GPU KV cache size:
+1 tokens ...'``) is neither a capacity line nor a new boot. Outer prefixes
+(journald, docker, process labels, ANSI colour) may stand before vLLM's.
 
 The hints that explain a missing line (failed start, worker node, Ray still
 waiting) are only needed on failure, so ``diagnose_chunks`` gathers them in a
@@ -161,49 +172,200 @@ class KvCacheReport:
         }
 
 
-# --- line classification -----------------------------------------------------
+# --- line anatomy ------------------------------------------------------------
+#
+# Each line kind is read only where vLLM prints it (docs/reference/vllm.md 1.1,
+# 1.4 and 2.4): at the start of the message after vLLM's own prefix, from the
+# file that logs it. Text from a request (the request logger's ``prompt: %r``,
+# an error message; NewLineFormatter repeats the prefix after each newline of
+# a message) always follows a prefix of its own, from another file.
 
-# Numbers are either plain or properly grouped, and end at a word boundary so
-# tqdm residue glued onto a number never yields a figure.
-_NUM = r"\d{1,3}(?:,\d{3})+(?![\d,])|\d+(?![\d,])"
+# vllm/logger.py's _FORMAT in every version: level, the "%m-%d %H:%M:%S" stamp,
+# then "file.py:N] " (<=0.7) or "[file.py:N] " (>=0.8; with a path, shortened
+# with "...", when VLLM_LOGGING_LEVEL=DEBUG). The first one in a line is
+# vLLM's: whatever a request quotes comes after it.
+_PREFIX = re.compile(
+    r"(?<![A-Za-z0-9_])(DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+    r"([0-9]{2})-([0-9]{2}) ([0-9]{2}):([0-9]{2}):([0-9]{2}) "
+    r"\[?(?:[\w.-]{1,100}/){0,16}([\w.-]{1,100}\.py):[0-9]{1,9}\] ", re.ASCII)
+# What may stand before vLLM's prefix, or before the text of a line pasted
+# without one (bootlogs/04): process labels ("(EngineCore_DP0 pid=N)", Ray's
+# "(RayWorkerProc pid=N, ip=A)", nested), kubectl's "[pod/x/c]", ISO stamps
+# (docker --timestamps, an outer logger's), a syslog or journald stamp with
+# its "host ident[pid]:", a kubelet log file's "stdout F", docker compose's
+# "name  |", quote bars and k9s box edges. Nothing else: a line that starts
+# with other text (an exception's "ValueError: ...", a request's words) is not
+# vLLM's, whatever prefix it quotes later. No token starts with a blank and
+# each has one shape, so matching a lead does not backtrack far.
+_HOST_IDENT = r"(?: [^\s:]+ [^\s:]+:)?"
+_LEAD = re.compile(
+    r"(?:(?:"
+    r"\((?:[A-Za-z_][\w-]* )?(?:rank=[0-9]+ )?pid=[0-9]+(?:, ip=[^\s()]*)?\)"
+    r"|\[[^\s\[\]]*\]"
+    r"|[0-9]{4}-[0-9]{2}-[0-9]{2}"
+    r"(?:[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]{1,9})?(?:Z|[+-][0-9]{2}:?[0-9]{2})?)?" + _HOST_IDENT +
+    r"|[A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?" + _HOST_IDENT +
+    r"|(?:stdout|stderr) [FP]"
+    r"|[A-Za-z0-9][\w.-]* +\|"
+    r"|[>\u2502|]"
+    r")[ \t]*)*", re.ASCII)
+# Longer than any real lead (a few labels, a journald and a docker stamp), and
+# it bounds what matching a lead costs per line.
+_LEAD_MAX = 1024
+
+
+class LogLine(t.NamedTuple):
+    """One log line taken apart (ANSI already stripped)."""
+
+    lead: str  # what stands before the message: outer prefixes, process labels, vLLM's prefix
+    source: t.Optional[str]  # the file in vLLM's prefix ("kv_cache_utils.py"); None without one
+    stamp: t.Optional[int]  # seconds into the year of the prefix's "MM-DD HH:MM:SS"
+    message: str
+    text: str  # the whole line
+
+
+# The prefix's end, a literal a search finds fast; then _PREFIX is searched
+# only in the window before each end, so a line costs one pass.
+_PREFIX_END = re.compile(r"\.py:[0-9]{1,9}\] ")
+_PREFIX_MAX = 2000  # longer than any prefix _PREFIX matches
+
+
+def _first_prefix(text: str) -> t.Optional["re.Match[str]"]:
+    """The first vLLM prefix in ``text``. Its path holds no ".py:N] ", so it
+    starts after the previous end, if any."""
+    after = 0
+    for end in _PREFIX_END.finditer(text):
+        m = _PREFIX.search(text, max(after, end.start() - _PREFIX_MAX), end.end())
+        if m:
+            return m
+        after = end.end()
+    return None
+
+
+def split_line(text: str) -> LogLine:
+    """Take ``text`` apart at its vLLM prefix: the first one, when only a lead
+    stands before it. Without one, the message starts after the lead."""
+    m = _first_prefix(text)
+    if m and m.start() <= _LEAD_MAX and _LEAD.fullmatch(text, 0, m.start()):
+        mon, day, hh, mm, ss = (int(g) for g in m.group(2, 3, 4, 5, 6))
+        stamp = ((((mon - 1) * 31 + day - 1) * 24 + hh) * 60 + mm) * 60 + ss
+        return LogLine(text[:m.start()], m.group(7), stamp, text[m.end():], text)
+    end = _LEAD.match(text, 0, _LEAD_MAX).end()
+    return LogLine(text[:end], None, None, text[end:], text)
+
+
+class LogLines(object):
+    """Splits the lines of one log in order.
+
+    A log written by vLLM's formatter has its prefix on every line vLLM logs,
+    so once one such line is seen, a line without it is someone else's text (a
+    traceback, a message's continuation) and ``read`` returns None for it.
+    Excerpts pasted without prefixes are still read while no prefix is seen.
+    """
+
+    def __init__(self) -> None:
+        self.formatted = False
+
+    def read(self, text: str) -> t.Optional[LogLine]:
+        line = split_line(text)
+        if line.source is not None:
+            self.formatted = True
+        elif self.formatted:
+            return None
+        return line
+
+
+# The files that log each kind, by name: capacity in v1/core/kv_cache_utils.py
+# (V1 >= 0.7.3) or the V0 executors (executor_base.py, gpu_executor.py,
+# distributed_gpu_executor.py, cpu_/tpu_/hpu_executor.py, v1/executor/*_executor.py
+# in 0.6; llm_engine.py before 0.4); memory in v1/worker/{gpu,cpu,...}_worker.py;
+# banners and args in the API server's entrypoints (api_server.py <= 0.11,
+# cli_args.py 0.9, utils.py 0.10-0.11, api_utils.py 0.29-0.32, startup.py 0.33,
+# serve.py for the headless launcher); engine init in core.py (V1) and llm_engine.py (V0).
+_FROM_CAPACITY = re.compile(r"kv_cache_utils\.py|\w*executor\w*\.py|llm_engine\.py", re.ASCII)
+_FROM_WORKER = re.compile(r"\w*worker\w*\.py", re.ASCII)
+_FROM_SERVER = re.compile(r"api_server\.py|api_utils\.py|startup\.py|utils\.py|cli_args\.py|serve\.py|"
+                          r"launcher\.py", re.ASCII)
+_FROM_ENGINE = re.compile(r"core\.py|llm_engine\.py", re.ASCII)
+
+
+def _from(line: LogLine, files: "t.Pattern[str]") -> bool:
+    """``line`` comes from one of ``files``, or has no vLLM prefix to tell."""
+    return line.source is None or files.fullmatch(line.source) is not None
+
+
+# --- line kinds ----------------------------------------------------------------
+#
+# Each pattern is matched at the start of a message, never searched, and has
+# no nested or overlapping repeats, so a line costs time linear in its length.
+# Figures are ASCII digits of a bounded length: a longer one is no figure vLLM
+# prints (null, never guessed), and int() never meets its 4,300-digit limit.
+
+# Numbers are either plain or properly grouped, and end where a number ends
+# so tqdm residue glued onto a number never yields a figure.
+_NUM = r"[0-9]{1,3}(?:,[0-9]{3}){1,6}(?![0-9,])|[0-9]{1,19}(?![0-9,])"
+_RATIO = r"[0-9]{1,15}(?:\.[0-9]{1,6})?"
 _SIZE = re.compile(
-    r"(?:\b(?P<dev>[A-Z]{2,8}(?: \+ host)?) )?KV cache size: (?P<tok>" + _NUM + r") tokens\b")
+    r"(?:(?P<dev>[A-Z]{2,8}(?: \+ host)?) )?KV cache size: (?P<tok>" + _NUM + r") tokens(?!\w)", re.ASCII)
 _CONC = re.compile(
-    r"\bMaximum concurrency for (?P<len>" + _NUM + r") tokens per request: "
-    r"(?P<x>\d+(?:\.\d+)?)x(?![\w.])")
+    r"Maximum concurrency for (?P<len>" + _NUM + r") tokens per request: (?P<x>" + _RATIO + r")x(?![\w.])",
+    re.ASCII)
 _DEVICES = r"GPU|CPU|TPU|HPU|XPU|NPU|cuda|rocm|cpu|xpu|hpu|tpu|neuron"
-# Trailing decoration after an end-anchored block count: Ray's repeat note,
-# a k9s box edge.
-_TAIL = r"\s*(?:\[repeated \d+x across cluster\])?\s*[\u2502|]?\s*$"
 _BLOCKS_PAIR = re.compile(
-    r"(?<![\w#])(?:# ?)?(?P<dev>" + _DEVICES + r") blocks: (?P<g>\d+)\b, # CPU blocks: (?P<c>\d+)\b")
-# Not the tail of a pair line whose first half did not parse.
-_BLOCKS_ALONE = re.compile(r"(?<!, )(?<![\w#])# (?P<dev>GPU|CPU) blocks: (?P<n>\d+)" + _TAIL)
-_MEM = re.compile(r"\bAvailable KV cache memory: (?P<gib>\d+(?:\.\d+)?) ?GiB\b")
-_MEM_CPU = re.compile(r"\bExplicitly set \((?P<gib>\d+(?:\.\d+)?)/\d+(?:\.\d+)?\) GiB for KV cache\b")
+    r"(?:# ?)?(?P<dev>" + _DEVICES + r") blocks: (?P<g>[0-9]{1,19}), # CPU blocks: (?P<c>[0-9]{1,19})(?!\w)",
+    re.ASCII)
+_BLOCKS_ALONE = re.compile(r"# (?P<dev>GPU|CPU) blocks: (?P<n>[0-9]{1,19})", re.ASCII)
+# What may follow an end-anchored block count (the line right-stripped first):
+# Ray's repeat note, a k9s box edge.
+_TAIL = re.compile(r"(?: *\[repeated [0-9]{1,9}x across cluster\])?(?: *[\u2502|])?$")
+_GIB = r"[0-9]{1,9}(?:\.[0-9]{1,6})?"
+_MEM = re.compile(r"Available KV cache memory: (?P<gib>" + _GIB + r") ?GiB(?!\w)", re.ASCII)
+_MEM_CPU = re.compile(r"Explicitly set \((?P<gib>" + _GIB + r")/" + _GIB + r"\) GiB for KV cache(?!\w)", re.ASCII)
 
-_VERSION = r"v?(?P<v>\d+\.\d+[\w.+-]*)"
+_VERSION = r"v?(?P<v>[0-9]{1,9}\.[0-9]{1,9}[\w.+-]*)"
+# (kind, pattern, the files that print it)
 _MARKERS = (
-    ("banner", re.compile(r"\bvLLM API server version " + _VERSION)),
-    ("banner", re.compile(r"\bvLLM server version v?(?P<v>\d+\.\d+[^\s,]*)")),
-    ("args", re.compile(r"\bnon-default args: \{")),
+    ("banner", re.compile(r"vLLM API server version " + _VERSION, re.ASCII), _FROM_SERVER),
+    ("banner", re.compile(r"vLLM server version " + _VERSION, re.ASCII), _FROM_SERVER),
+    ("args", re.compile(r"non-default args: \{"), _FROM_SERVER),
     # No anchor of its own: always printed right after the "vLLM API server
     # version" banner (<=0.6), which already starts the boot.
-    ("args", re.compile(r"\bargs: Namespace\(")),
-    ("engine", re.compile(r"\bInitializing an? (?:V1 )?LLM engine \(" + _VERSION + r"\)")),
-    ("headless", re.compile(r"\bLaunching vLLM \(" + _VERSION + r"\) headless")),
+    ("args", re.compile(r"args: Namespace\("), _FROM_SERVER),
+    ("engine", re.compile(r"Initializing an? (?:V[01] )?LLM engine \(" + _VERSION + r"\)", re.ASCII), _FROM_ENGINE),
+    ("headless", re.compile(r"Launching vLLM \(" + _VERSION + r"\) headless", re.ASCII), _FROM_SERVER),
 )
-# The >=0.12 ASCII-art banner: block elements, then "version X".
-_LOGO = re.compile(r"[\u2580-\u259f]\s+version " + _VERSION + r"\s*$")
+# The >=0.12 ASCII-art banner: block elements and blanks, then "version X".
+# The art is checked apart: one pattern for it would backtrack.
+_LOGO = re.compile(r"(?P<art>[\s\u2580-\u259f]*)version\s+" + _VERSION + r"\s*$", re.ASCII)
+_BLOCK_ELEMENT = re.compile(r"[\u2580-\u259f]")
 
-_ENGINE_LABEL = re.compile(r"\((EngineCore\w*) pid=\d+\)")
-_PROCESS = re.compile(r"\((\w+) pid=(\d+)(?:, ip=[^)]*)?\)")
+
+def boot_marker(line: LogLine) -> t.Optional[t.Tuple[str, t.Optional[str]]]:
+    """``(kind, version)`` when ``line`` is one of the lines that open a boot
+    (kind ``banner``, ``args``, ``engine`` or ``headless``), else None."""
+    message = line.message
+    for kind, rx, files in _MARKERS:
+        m = rx.match(message)
+        if m:
+            return (kind, m.groupdict().get("v")) if _from(line, files) else None
+    m = _LOGO.match(message)
+    if m and _from(line, _FROM_SERVER):
+        art = m.group("art")
+        if art[-1:].isspace() and _BLOCK_ELEMENT.search(art):
+            return "banner", m.group("v")
+    return None
+
+
+_ENGINE_LABEL = re.compile(r"\((EngineCore\w*) pid=[0-9]+\)", re.ASCII)
+_PROCESS = re.compile(r"\((\w+) pid=([0-9]+)(?:, ip=[^)]*)?\)", re.ASCII)
 # Process names that never hold an engine's scheduler; a capacity line under
 # any other prefix (e.g. a user's LLMRayActor) is that actor's own engine.
 _NOT_ENGINE = re.compile(r"APIServer|ApiServer|Worker|VllmWorker|RayWorker|MainProcess|EngineCore")
-_TS = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)\b")
 
 DEFAULT_ENGINE = "engine"
+
+# The end of vLLM's prefix, "file.py:N]": uncoloured even under ColoredFormatter.
+_SOURCE_BYTES = re.compile(rb"\.py:[0-9]{1,9}\] ")
 
 # (anchor byte, check matched at the anchor's position). Lookbehinds cover
 # the part of a needle before its anchor.
@@ -219,15 +381,6 @@ _ANCHORS: t.Tuple[t.Tuple[bytes, "t.Pattern[bytes]"], ...] = (
 
 def _int(text: str) -> int:
     return int(text.replace(",", ""))
-
-
-def _timestamp(line: str) -> t.Optional[int]:
-    """Seconds into the year of vLLM's ``MM-DD HH:MM:SS`` stamp, if any."""
-    m = _TS.search(line)
-    if not m:
-        return None
-    mon, day, hh, mm, ss = (int(g) for g in m.groups())
-    return ((((mon - 1) * 31 + day - 1) * 24 + hh) * 60 + mm) * 60 + ss
 
 
 def _engine_label(prefix: str) -> str:
@@ -268,10 +421,13 @@ class KvCacheScanner(object):
 
     def __init__(self, source: str = "input") -> None:
         self.source = source
-        self._carry = b""
+        # A bytearray: a long line fed in small chunks grows in place, not
+        # by one copy per chunk.
+        self._carry = bytearray()
         self._pos = 0  # absolute offset of the next byte fed
         self._boots = 1
         self._boot = _Boot(0)
+        self._lines = LogLines()
 
     # -- byte level ----------------------------------------------------------
 
@@ -290,31 +446,57 @@ class KvCacheScanner(object):
             self._carry += data
             if len(self._carry) > MAX_LINE:
                 self._scan(self._carry, 0, len(self._carry), self._pos - len(self._carry))
-                self._carry = b""
+                self._carry = bytearray()
             return
         head = self._carry + data[:first + 1]
         self._scan(head, 0, len(head), base - len(self._carry))
         last = data.rfind(b"\n")
         if last > first:
             self._scan(data, first + 1, last + 1, base)
-        self._carry = data[last + 1:]
+        self._carry = bytearray(data[last + 1:])
 
     def _scan(self, buf: bytes, start: int, end: int, base: int) -> None:
         """Find candidate lines in ``buf[start:end]`` and classify them in order."""
         found = set()
-        find = buf.find
+        find, rfind = buf.find, buf.rfind
         for anchor, check in _ANCHORS:
             match = check.match
             i = find(anchor, start, end)
             while i != -1:
                 if match(buf, i, end):
-                    found.add(buf.rfind(b"\n", start, i) + 1 or start)
+                    found.add(rfind(b"\n", start, i) + 1 or start)
+                    # The line is taken: go on after it, so a line full of
+                    # one anchor costs one pass, not one per hit.
+                    i = find(b"\n", i, end)
+                    if i == -1:
+                        break
                 i = find(anchor, i + 1, end)
+        vllm_from = start if self._lines.formatted else self._first_vllm_line(buf, start, end)
         for ls in sorted(found):
+            if ls >= vllm_from:
+                self._lines.formatted = True
             le = find(b"\n", ls, end)
             if le < 0:
                 le = end
             self._line(buf[ls:le], base + ls)
+        if vllm_from < end:
+            self._lines.formatted = True
+
+    @staticmethod
+    def _first_vllm_line(buf: bytes, start: int, end: int) -> int:
+        """Where the first line in vLLM's own format starts in ``buf[start:end]``
+        (``end`` if none): from there on, a line without the prefix is not
+        vLLM's (LogLines), candidate or not."""
+        m = _SOURCE_BYTES.search(buf, start, end)
+        while m:
+            ls = buf.rfind(b"\n", start, m.start()) + 1 or start
+            le = buf.find(b"\n", m.end(), end)
+            le = end if le < 0 else le
+            text = strip_ansi(bytes(buf[ls:le]).decode("utf-8", "replace"))
+            if any(split_line(seg).source for seg in text.split("\r")):
+                return ls
+            m = _SOURCE_BYTES.search(buf, le, end)
+        return end
 
     # -- line level ----------------------------------------------------------
 
@@ -323,57 +505,58 @@ class KvCacheScanner(object):
         # tqdm redraws with a bare CR; each segment is its own line.
         for seg in text.split("\r") if "\r" in text else (text,):
             if seg.strip():
-                self._classify(seg, offset)
+                line = self._lines.read(seg)
+                if line is not None:
+                    self._classify(line, offset)
 
-    def _classify(self, line: str, offset: int) -> None:
-        m = _SIZE.search(line)
-        if m:
-            c = _CONC.search(line, m.end())
-            label = _engine_label(line[:m.start()])
-            if c:
-                self._new_boot_if_seen(label, "combined", offset)
-            self._capacity(line, label, kv_cache_tokens=_int(m.group("tok")),
-                           device=m.group("dev") or None,
-                           concurrency=(float(c.group("x")), _int(c.group("len"))) if c else None)
-            return
-        m = _CONC.search(line)
-        if m:
-            self._capacity(line, _engine_label(line[:m.start()]),
-                           concurrency=(float(m.group("x")), _int(m.group("len"))))
-            return
-        m = _BLOCKS_PAIR.search(line)
-        if m:
-            label = _engine_label(line[:m.start()])
-            self._new_boot_if_seen(label, "blocks", offset)
-            self._capacity(line, label, device=m.group("dev"),
-                           gpu_blocks=int(m.group("g")), cpu_blocks=int(m.group("c")))
-            return
-        m = _BLOCKS_ALONE.search(line)
-        if m:
-            label = _engine_label(line[:m.start()])
-            self._new_boot_if_seen(label, "blocks", offset)
-            # V0 CPU backend: its pool is the "CPU blocks" figure.
-            if m.group("dev") == "CPU":
-                self._capacity(line, label, device="CPU", cpu_blocks=int(m.group("n")))
-            else:
-                self._capacity(line, label, device="GPU", gpu_blocks=int(m.group("n")))
-            return
-        m = _MEM.search(line) or _MEM_CPU.search(line)
-        if m:
-            label = _engine_label(line[:m.start()])
-            boot = self._boot
-            boot.mem[label] = _min(boot.mem.get(label), float(m.group("gib")))
-            boot.evidence.append(line[:EVIDENCE_LINE_MAX])
-            return
-        for kind, rx in _MARKERS:
-            m = rx.search(line)
+    def _classify(self, line: LogLine, offset: int) -> None:
+        message = line.message
+        if _from(line, _FROM_CAPACITY):
+            m = _SIZE.match(message)
             if m:
-                self._marker(kind, _engine_label(line[:m.start()]) if kind == "engine" else kind,
-                             _timestamp(line), m.groupdict().get("v"), offset)
+                c = _CONC.match(message, m.end() + 2) if message.startswith(", ", m.end()) else None
+                label = _engine_label(line.lead)
+                if c:
+                    self._new_boot_if_seen(label, "combined", offset)
+                self._capacity(line, label, kv_cache_tokens=_int(m.group("tok")),
+                               device=m.group("dev") or None,
+                               concurrency=(float(c.group("x")), _int(c.group("len"))) if c else None)
                 return
-        m = _LOGO.search(line)
-        if m:
-            self._marker("banner", "banner", _timestamp(line), m.group("v"), offset)
+            m = _CONC.match(message)
+            if m:
+                self._capacity(line, _engine_label(line.lead),
+                               concurrency=(float(m.group("x")), _int(m.group("len"))))
+                return
+            m = _BLOCKS_PAIR.match(message)
+            if m:
+                label = _engine_label(line.lead)
+                self._new_boot_if_seen(label, "blocks", offset)
+                self._capacity(line, label, device=m.group("dev"),
+                               gpu_blocks=int(m.group("g")), cpu_blocks=int(m.group("c")))
+                return
+            m = _BLOCKS_ALONE.match(message)
+            if m and _TAIL.match(message[m.end():].rstrip()):
+                label = _engine_label(line.lead)
+                self._new_boot_if_seen(label, "blocks", offset)
+                # V0 CPU backend: its pool is the "CPU blocks" figure.
+                if m.group("dev") == "CPU":
+                    self._capacity(line, label, device="CPU", cpu_blocks=int(m.group("n")))
+                else:
+                    self._capacity(line, label, device="GPU", gpu_blocks=int(m.group("n")))
+                return
+        if _from(line, _FROM_WORKER):
+            m = _MEM.match(message) or _MEM_CPU.match(message)
+            if m:
+                label = _engine_label(line.lead)
+                boot = self._boot
+                boot.mem[label] = _min(boot.mem.get(label), float(m.group("gib")))
+                boot.evidence.append(line.text[:EVIDENCE_LINE_MAX])
+                return
+        mark = boot_marker(line)
+        if mark:
+            kind, version = mark
+            self._marker(kind, _engine_label(line.lead) if kind == "engine" else kind,
+                         line.stamp, version, offset)
 
     def _new_boot_if_seen(self, label: str, fmt: str, offset: int) -> None:
         # V0/V1<0.8 block lines and the >=0.28 combined line are printed once
@@ -410,7 +593,7 @@ class KvCacheScanner(object):
         if version:
             boot.version = version
 
-    def _capacity(self, line: str, label: str, kv_cache_tokens: t.Optional[int] = None,
+    def _capacity(self, line: LogLine, label: str, kv_cache_tokens: t.Optional[int] = None,
                   device: t.Optional[str] = None,
                   concurrency: t.Optional[t.Tuple[float, int]] = None,
                   gpu_blocks: t.Optional[int] = None,
@@ -431,17 +614,16 @@ class KvCacheScanner(object):
             eng.cpu_blocks = _min(eng.cpu_blocks, cpu_blocks)
         if device and not eng.device:
             eng.device = device
-        ts = _timestamp(line)
-        if ts is not None:
-            boot.last_capacity_ts = ts
-        boot.evidence.append(line[:EVIDENCE_LINE_MAX])
+        if line.stamp is not None:
+            boot.last_capacity_ts = line.stamp
+        boot.evidence.append(line.text[:EVIDENCE_LINE_MAX])
 
     # -- result --------------------------------------------------------------
 
     def close(self) -> KvCacheReport:
         if self._carry:
             self._scan(self._carry, 0, len(self._carry), self._pos - len(self._carry))
-            self._carry = b""
+            self._carry = bytearray()
         if self._pos == 0:
             raise EmptyInputError(
                 "%s is empty (0 bytes): vLLM has not written to it yet, or it logs "
@@ -663,8 +845,16 @@ def check_sessions(report: KvCacheReport, context_tokens: t.Optional[int],
 
 # --- sources -----------------------------------------------------------------
 
+# Surrogates that surrogateescape cannot turn back into bytes (JSON may carry
+# them, e.g. "\ud800").
+_LONE_SURROGATE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
+
+
 def text_chunks(text: str, offset: int = 0, chunk_size: int = CHUNK_SIZE) -> t.Iterator[bytes]:
-    data = text.encode("utf-8", "surrogateescape")
+    try:
+        data = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        data = _LONE_SURROGATE.sub("\ufffd", text).encode("utf-8", "surrogateescape")
     for i in range(offset, len(data), chunk_size):
         yield data[i:i + chunk_size]
 
@@ -718,8 +908,8 @@ def command_chunks(argv: t.Sequence[str], what: str, offset: int = 0,
     with tempfile.TemporaryFile() as err:
         try:
             proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
-        except OSError as e:
-            raise SourceError("cannot run %s: %s." % (argv[0], e.strerror or e))
+        except (OSError, ValueError) as e:  # ValueError: a NUL byte in an argument
+            raise SourceError("cannot run %s: %s." % (argv[0], getattr(e, "strerror", None) or e))
         try:
             assert proc.stdout is not None
             skip = offset

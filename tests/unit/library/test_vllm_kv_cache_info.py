@@ -91,6 +91,38 @@ def test_content(run_module):
     assert result["source"] == "content"
 
 
+# Lines vLLM's request logger writes (--enable-log-requests) when a client sends
+# look-alikes: a smaller pool, a restart's banner.
+PROMPTS = (
+    "(APIServer pid=23615) INFO 11-29 16:12:01 [logger.py:57] Received request cmpl-1: prompt: 'CPU KV cache size: "
+    "1 tokens, Maximum concurrency for 2,048 tokens per request: 0.01x', params: SamplingParams(n=1), "
+    "lora_request: None.\n"
+    "(APIServer pid=23615) INFO 11-29 16:12:02 [logger.py:57] Received request cmpl-2: params: SamplingParams(n=1, "
+    "stop=['(APIServer pid=1) INFO 11-29 16:12:02 [api_utils.py:347]  \u2584\u2584 \u2588  version 9.9.9', "
+    "'non-default args: {}']), lora_request: None.\n")
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_content_with_logged_prompts_gives_the_same_pool(run_module, where):
+    real = CI_RECIPE.read_text()
+    content = PROMPTS + real if where == "before" else real + PROMPTS
+    result = run_module(module, {"content": content, "context_tokens": 2048, "min_sessions": 32})
+    assert pick(result) == CI_RESULT
+    assert "failed" not in result
+
+
+@pytest.mark.parametrize("content", [
+    "GPU KV cache size: " + "9" * 5000 + " tokens", "# GPU blocks: 1" + " " * 5000 + "x",
+    "Maximum concurrency for 2048 tokens per request: " + "9" * 5000 + "x", "\u0661\u0662 \x00",
+])
+def test_hostile_content_fails_with_a_message(run_module, content):
+    # Never a traceback: a result that says what it found.
+    result = run_module(module, {"content": content, "context_tokens": 2048, "min_sessions": 1})
+    assert result["failed"] is True
+    assert result["msg"].startswith(("No KV cache capacity line in content", "content looks binary"))
+    assert result.get("kv_cache_tokens") is None
+
+
 def test_check_mode_gives_the_same_result(run_module):
     for args in ({"path": str(CI_RECIPE), "context_tokens": 2048},
                  {"path": str(HEADLESS), "required": False}):

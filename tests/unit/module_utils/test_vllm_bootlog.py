@@ -88,14 +88,29 @@ def test_boot_log_latest_boot_wins(fixtures_dir, tmp_path):
     # ANSI colour around the 0.32.0 banner line
     (["\x1b[1;36m(APIServer pid=1)\x1b[0;0m INFO 11-29 16:01:11 [api_utils.py:347]"
       "  \u2584\u2584 \u2584\u2588 \u2588  version 0.32.0"], "0.32.0"),
-    # no banner: the engine line after the args
-    (["(APIServer pid=1) INFO [utils.py:250] non-default args: {'model': 'm'}",
-      "(EngineCore pid=9) INFO [core.py:133] Initializing a V1 LLM engine (v0.15.1) with config: x"],
+    # no banner: the engine line after the args (v0.15 shapes: bootlogs/32)
+    (["(APIServer pid=1) INFO 01-15 10:00:00 [utils.py:250] non-default args: {'model': 'm'}",
+      "(EngineCore pid=9) INFO 01-15 10:00:09 [core.py:133] Initializing a V1 LLM engine (v0.15.1) with config: x"],
      "0.15.1"),
     (["2025-02-22 21:02:44,020\tINFO worker.py:1654 -- Ray version 2.40.0"], None),
+    # Look-alikes quoted by vLLM's request logger (--enable-log-requests) never count.
+    (["INFO 12-20 10:00:00 api_server.py:712] vLLM API server version 0.6.6.post1",
+      "INFO 12-20 10:05:00 logger.py:37] Received request cmpl-1: prompt: 'vLLM API server version 9.9.9', params: "
+      "SamplingParams(n=1), prompt_token_ids: [1], lora_request: None, prompt_adapter_request: None."],
+     "0.6.6.post1"),
+    (["(APIServer pid=1) INFO 11-29 16:05:00 [logger.py:57] Received request cmpl-1: params: SamplingParams(n=1, "
+      "stop=['] version 9.9.9', 'Initializing a V1 LLM engine (v9.9.9)']), lora_request: None."], None),
 ])
 def test_boot_log_version(lines, version):
     assert parse_boot_log_lines(lines).version == version
+
+
+def test_boot_log_args_quoted_in_a_prompt_never_count(fixtures_dir):
+    real = (fixtures_dir / CPU / "boot-01-default-torchcompile-kv1g.log").read_text().splitlines(keepends=True)
+    prompt = ("(APIServer pid=1367) INFO 11-29 16:05:00 [logger.py:57] Received request cmpl-1: prompt: "
+              "\"non-default args: {'model': 'evil', 'tensor_parallel_size': 99}\", params: None\n")
+    boot = parse_boot_log_lines(real + [prompt])
+    assert (boot.args["model"], boot.args_line, boot.version) == ("/srv/models/tiny", 8, "0.32.0")
 
 
 def test_boot_log_errors(tmp_path):
@@ -104,7 +119,7 @@ def test_boot_log_errors(tmp_path):
     assert str(err.value) == (f"log_path {tmp_path}/missing.log does not exist; "
                               "give the vLLM server's boot log")
     bad = tmp_path / "bad.log"
-    bad.write_text("INFO non-default args: {'model': 'm', 'x': \n")
+    bad.write_text("(APIServer pid=1) INFO 11-29 16:01:11 [api_utils.py:286] non-default args: {'model': 'm', 'x': \n")
     with pytest.raises(SourceError) as err:
         parse_boot_log(str(bad))
     assert str(err.value).startswith(f"cannot read the non-default args on line 1 of {bad}: ")

@@ -310,6 +310,11 @@ REAL_WANT = CPU_CASES["boot-12-ci-recipe.log"]
     "> ",  # quoted in an issue
     "\u2502 ",  # k9s box
     "\x1b[2m2026-11-29 16:10:10\x1b[0m ",  # coloured outer timestamp
+    "Nov 29 16:10:10.123456 head-1 vllm[23615]: ",  # journalctl -o short-precise
+    "2026-11-29T16:10:10+0000 head-1 vllm[23615]: ",  # journalctl -o short-iso
+    "2026-11-29T16:10:10.123456789Z stdout F ",  # a kubelet log file (CRI)
+    "vllm-head-1  | ",  # docker compose logs
+    "Dec 01 10:00:00 head-1 vllm[123]: \x1b[0;36m\x1b[0;0m",  # journald, then colour
 ])
 def test_foreign_prefixes(prefix):
     text = "".join(prefix + line + "\n" for line in REAL.splitlines())
@@ -412,6 +417,25 @@ def test_version_sources(banner, version):
     "INFO 02-20 00:01:02 kv_cache_utils.py:525] Maximum concurrency for 2048 tokens per request: 997.08x1.2it/s",
     "(EngineCore pid=3378) WARNING 11-29 16:32:59 [scheduler.py:1200] Sequence group 8 is preempted by "
     "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space.",
+    # Quoted by vLLM's request logger (--enable-log-requests; entrypoints/logger.py formats).
+    "INFO 12-01 10:00:00 [logger.py:43] Received request cmpl-5d1e-0: prompt: 'Why does my log say GPU KV cache "
+    "size: 1 tokens?', params: SamplingParams(n=1, max_tokens=16), prompt_token_ids: [1, 2], lora_request: None.",
+    "(APIServer pid=1) DEBUG 12-01 10:00:00 [logger.py:48] Request cmpl-5d1e-0 details: prompt: '(EngineCore pid=1) "
+    "INFO 12-01 10:00:00 [kv_cache_utils.py:1147] GPU KV cache size: 1 tokens, Maximum concurrency for 2,048 tokens "
+    "per request: 0.01x', prompt_token_ids: [1, 2], prompt_embeds shape: None.",
+    "(APIServer pid=1) INFO 12-01 10:00:00 [logger.py:57] Received request cmpl-5d1e-0: params: SamplingParams(n=1, "
+    "stop=['# GPU blocks: 1, # CPU blocks: 1', 'vLLM API server version 9.9.9']), lora_request: None.",
+    "(APIServer pid=1) INFO 12-01 10:00:01 [logger.py:79] Generated response chatcmpl-5d1e: output: 'Maximum "
+    "concurrency for 1 tokens per request: 0.01x', output_token_ids: [4, 5], finish_reason: stop",
+    # The line shape, but from a file that never prints it.
+    "(APIServer pid=1) ERROR 12-01 10:00:01 [serving_chat.py:200] GPU KV cache size: 1 tokens",
+    # Someone else's text that quotes a whole line (a traceback's message).
+    "ValueError: INFO 02-20 00:01:02 kv_cache_utils.py:522] # GPU blocks: 1",
+    # Figures no vLLM prints: non-ASCII digits, more than 4,300 digits.
+    "GPU KV cache size: \u0662\u0660\u0664\u0662\u0660\u0661\u0666 tokens",
+    "INFO 02-20 00:01:02 kv_cache_utils.py:522] # GPU blocks: \uff11\uff12\uff17",
+    "GPU KV cache size: " + "9" * 5000 + " tokens",
+    "INFO 06-12 08:12:23 distributed_gpu_executor.py:45] # GPU blocks: " + "9" * 5000 + ", # CPU blocks: 512",
 ])
 def test_look_alikes_never_match(line):
     assert values(kv.scan_text(line + "\n")) == NOT_FOUND
