@@ -421,6 +421,12 @@ class Admission:
 
 
 # -- reading a request into a Demand ------------------------------------
+# The largest budget field the gate takes (int64, as the engine's own
+# arithmetic): JSON carries integers of up to 4,300 digits, whose sums the
+# messages below could no longer print.
+MAX_INT_FIELD = 2**63 - 1
+
+
 def _int_field(payload: dict, key: str, *, minimum: int) -> int | None:
     value = payload.get(key)
     if value is None:
@@ -428,7 +434,10 @@ def _int_field(payload: dict, key: str, *, minimum: int) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadRequest(f"{key} must be an integer, got {type(value).__name__}", "invalid_" + key)
     if value < minimum:
-        raise BadRequest(f"{key} must be at least {minimum}, got {value}", "invalid_" + key)
+        got = value if value.bit_length() <= 63 else "a number below -2**63"
+        raise BadRequest(f"{key} must be at least {minimum}, got {got}", "invalid_" + key)
+    if value > MAX_INT_FIELD:
+        raise BadRequest(f"{key} must be at most {MAX_INT_FIELD}, got a larger number", "invalid_" + key)
     return value
 
 

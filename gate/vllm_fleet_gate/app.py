@@ -158,30 +158,43 @@ def too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
     return False
 
 
+def _too_deep_refusal() -> BodyRefused:
+    return BodyRefused(400, "bad_request", f"The request body nests JSON deeper than {MAX_JSON_DEPTH} levels.",
+                       "json_too_deep")
+
+
 def parse_json(body: bytes) -> Any:
     """A request body decoded as JSON; BodyRefused (400) when it is not JSON
     or nests deeper than MAX_JSON_DEPTH."""
-    deep = BodyRefused(400, "bad_request", f"The request body nests JSON deeper than {MAX_JSON_DEPTH} levels.",
-                       "json_too_deep")
     try:
         payload = json.loads(body)
     except RecursionError:
-        raise deep from None
+        raise _too_deep_refusal() from None
     except ValueError:
         raise BodyRefused(400, "bad_request", "The request body is not valid JSON.", "invalid_json") from None
     # Each level needs a bracket, so a body with fewer than the limit cannot
     # be too deep: the common case costs two counts at C speed.
     if isinstance(payload, (dict, list)) and body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH:
         if too_deep(payload):
-            raise deep
+            raise _too_deep_refusal()
     return payload
 
 
 def _forwardable(value: str) -> bool:
-    """Whether a client's header value can be sent on to an engine: aiohttp
-    refuses to send control characters, and cannot encode the undecodable
-    bytes it kept from the client (as surrogates)."""
+    """Whether a client's header value can be sent on to an engine as it
+    is. aiohttp keeps bytes that are not UTF-8 as surrogates, which it cannot
+    send (its C writer drops them, its Python writer raises), and sends no
+    control characters: such a value is dropped, not mangled."""
     return value.isprintable() or value.replace("\t", " ").isprintable()
+
+
+def _escaped(text: str) -> str:
+    """``text`` with every space and unprintable character escaped, for a
+    log line: a decoded path can hold a newline, which would forge a line."""
+    out = []
+    for c in text:
+        out.append("%20" if c == " " else c if c.isprintable() else ascii(c)[1:-1])
+    return "".join(out)
 
 
 def connect_reason(exc: aiohttp.ClientConnectorError) -> str:
@@ -277,7 +290,7 @@ class Gate:
         for (method, path), handler in self._admin_routes().items():
             add.add_route(method, path, handler)
         # Last: everything else, any method, goes to an engine as it is.
-        add.add_route("*", "/{path:.*}", self.handle_passthrough)
+        add.add_route("*", r"/{path:[\s\S]*}", self.handle_passthrough)  # a %0a in a path too
         app.cleanup_ctx.append(self._lifecycle)
         return app
 
@@ -351,22 +364,17 @@ class Gate:
 
     async def _read_body(self, request: web.Request) -> bytes:
         """The whole body, within ``max_request_bytes`` and
-        ``client_timeouts.body_s``. Raises BodyRefused."""
-        limit = self.config.max_request_bytes
-        too_large = BodyRefused(
-            413, "bad_request", f"The request body is larger than the gate's limit ({limit} bytes).",
-            "request_too_large",
-        )
+        ``listen.body_timeout_s``. Raises BodyRefused."""
         length = request.content_length
-        if length is not None and length > limit:
-            raise too_large  # said so up front: not worth reading
+        if length is not None and length > self.config.max_request_bytes:
+            raise self._too_large()  # said so up front: not worth reading
         try:
             if request.content.is_eof():
                 return await request.read()  # all here already: no wait, no timer
             async with asyncio.timeout(self.config.client_body_timeout_s):
                 return await request.read()
         except web.HTTPRequestEntityTooLarge:
-            raise too_large from None
+            raise self._too_large() from None
         except TimeoutError:
             raise BodyRefused(
                 408, "request_timeout",
@@ -383,6 +391,12 @@ class Gate:
         except asyncio.CancelledError:
             self.metrics.client_disconnects.labels("body").inc()
             raise
+
+    def _too_large(self) -> BodyRefused:
+        limit = self.config.max_request_bytes
+        return BodyRefused(
+            413, "bad_request", f"The request body is larger than the gate's limit ({limit} bytes).", "request_too_large"
+        )
 
     def _refused(self, ex: _Exchange, exc: BodyRefused) -> web.Response:
         self.metrics.rejected.labels(exc.reason).inc()
@@ -772,16 +786,16 @@ class Gate:
         first = sent is not None
         transport = request.transport
         # A write waits only once the client stops reading and the buffer
-        # fills; then it is timed (a timer on every chunk would cost more than
-        # the relay): from an empty buffer, a chunk up to the low-water mark
-        # cannot wait.
-        low = transport.get_write_buffer_limits()[0] if transport is not None else 0
+        # fills past its high-water mark; only a write that could wait is
+        # timed (a timer on every chunk would cost more than the relay). From
+        # an empty buffer, a chunk no larger than the mark cannot fill it.
+        high = transport.get_write_buffer_limits()[1] if transport is not None else 0
         try:
             async for chunk in upstream.content.iter_any():
                 if first:
                     self.metrics.first_byte_by[name].observe(time.perf_counter() - sent)
                     first = False
-                if transport is None or (not transport.get_write_buffer_size() and len(chunk) <= low):
+                if transport is None or (not transport.get_write_buffer_size() and len(chunk) <= high):
                     await resp.write(chunk)
                 else:
                     try:
@@ -813,9 +827,9 @@ class Gate:
         return resp
 
     def _cut_stalled(self, request: web.Request, upstream: aiohttp.ClientResponse, ex: _Exchange) -> None:
-        """The client stopped reading its stream for write_s: close the engine
-        connection (vLLM aborts the request, the reservation is freed) and
-        drop the client's connection without waiting to flush it."""
+        """The client stopped reading its stream for listen.write_timeout_s:
+        close the engine connection (vLLM aborts the request, the reservation
+        is freed) and drop the client's without waiting to flush it."""
         self.metrics.client_disconnects.labels("stalled").inc()
         upstream.close()
         ex.status, ex.reason = CLIENT_CLOSED, "client_stalled"
@@ -1038,8 +1052,11 @@ class Gate:
     def _log(self, ex: _Exchange, started: float) -> None:
         if not access_log.isEnabledFor(logging.INFO):
             return
+        path = ex.path
+        if not path.isprintable() or " " in path:
+            path = _escaped(path)  # a client's %0a must not start a line of its own
         line = (
-            f"{ex.method} {ex.path} {ex.status}"
+            f"{ex.method} {path} {ex.status}"
             f" tokens={'-' if ex.tokens is None else ex.tokens}"
             f" queue_ms={'-' if ex.queue_ms is None else f'{ex.queue_ms:.1f}'}"
             f" upstream={ex.upstream} total_ms={(time.perf_counter() - started) * 1000:.1f}"

@@ -66,7 +66,10 @@ class Config:
 # Section -> {key: default}. A default of _REQUIRED marks a required key.
 _REQUIRED = object()
 _SCHEMA: dict[str, Any] = {
-    "listen": {"host": "127.0.0.1", "port": 8080},
+    # The timeouts bound what a slow or stalled client may hold: a connection
+    # with no complete request (idle keep-alive, or headers trickling in), a
+    # body still arriving, a stream it does not read.
+    "listen": {"host": "127.0.0.1", "port": 8080, "idle_timeout_s": 75, "body_timeout_s": 120, "write_timeout_s": 60},
     "upstreams": _REQUIRED,
     "api_keys": None,
     "upstream_api_key": None,
@@ -83,10 +86,6 @@ _SCHEMA: dict[str, Any] = {
     "retry_after_s": 5,
     "shutdown_timeout_s": 60,
     "max_request_bytes": 100 * 1024 * 1024,
-    # What a slow or stalled client may hold: a connection with no complete
-    # request (idle keep-alive, or headers trickling in), a body still
-    # arriving, a response it does not read.
-    "client_timeouts": {"idle_s": 75, "body_s": 120, "write_s": 60},
 }
 _UPSTREAM_KEYS = ("name", "url", "kv_cache_tokens", "max_model_len")
 MIN_ADMIN_TOKEN_LEN = 16
@@ -236,6 +235,9 @@ def parse_config(raw: Any) -> Config:
     listen = _section(check, raw, "listen")
     host = check.string("listen.host", listen["host"])
     port = check.integer("listen.port", listen["port"], minimum=1, maximum=65535)
+    idle_s = check.positive("listen.idle_timeout_s", listen["idle_timeout_s"])
+    body_s = check.positive("listen.body_timeout_s", listen["body_timeout_s"])
+    write_s = check.positive("listen.write_timeout_s", listen["write_timeout_s"])
 
     upstreams = _upstreams(check, raw.get("upstreams"))
 
@@ -283,11 +285,6 @@ def parse_config(raw: Any) -> Config:
     connect_s = check.positive("upstream_timeouts.connect_s", ut["connect_s"])
     read_s = check.positive("upstream_timeouts.read_s", ut["read_s"])
     keepalive_s = check.positive("upstream_timeouts.keepalive_s", ut["keepalive_s"])
-
-    ct = _section(check, raw, "client_timeouts")
-    idle_s = check.positive("client_timeouts.idle_s", ct["idle_s"])
-    body_s = check.positive("client_timeouts.body_s", ct["body_s"])
-    write_s = check.positive("client_timeouts.write_s", ct["write_s"])
 
     def top(key, fn, **kw):
         return fn(key, raw.get(key, _SCHEMA[key]), **kw)

@@ -29,7 +29,7 @@ REJECT_REASONS = (
 )
 UPSTREAM_ERROR_KINDS = ("connect", "timeout", "aborted", "other")
 # body: while sending the body; stalled: stopped reading a stream for
-# client_timeouts.write_s, and was cut by the gate.
+# listen.write_timeout_s, and was cut by the gate.
 DISCONNECT_STAGES = ("body", "queued", "upstream", "stalled")
 TOKENIZE_FALLBACK_REASONS = ("no_ready_upstream", "timeout", "error")
 

@@ -85,3 +85,50 @@ async def one(fake_engine, start_gate):
     fake = await fake_engine()
     gate, client = await start_gate([fake])
     return fake, gate, client
+
+
+@pytest.fixture
+async def serve_gate(books_back_to_zero):
+    """Factory like ``start_gate``, but the server runs with the gate's own
+    server options, as ``__main__`` runs it (``Gate.server_options()``: the
+    idle timeout, the server logger): ``await serve_gate([fake], **overrides)``
+    returns (gate, client); ``client.server.port`` is its loopback port."""
+    started: list[tuple[Gate, TestClient]] = []
+
+    async def start(fakes, **overrides):
+        gate = Gate(parse_config(base_config(fakes, **overrides)))
+        server = TestServer(gate.make_app(), host="127.0.0.1")
+        await server.start_server(**gate.server_options())
+        client = TestClient(server)
+        await client.start_server()
+        started.append((gate, client))
+        return gate, client
+
+    yield start
+    for gate, client in started:
+        await gate.wait_idle(WAIT)
+        books_back_to_zero.append((gate, books(gate)))
+    for gate, client in started:
+        await client.close()
+
+
+@pytest.fixture
+async def sturdy_engine():
+    """Factory: a SturdyFakeVLLM on loopback (see gate_helpers)."""
+    from gate_helpers import SturdyFakeVLLM
+
+    servers = []
+
+    async def start(**kwargs) -> SturdyFakeVLLM:
+        fake = SturdyFakeVLLM(**kwargs)
+        fake.server = TestServer(fake.app(), host="127.0.0.1")
+        await fake.server.start_server()
+        servers.append(fake)
+        return fake
+
+    yield start
+    for fake in servers:
+        fake.release_all()
+        if fake.tokenize_pause is not None:
+            fake.tokenize_pause.set()
+        await fake.server.close()

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
+import requests
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
@@ -344,3 +351,292 @@ def completion(label: str, prompt_tokens: int = 30, max_tokens: int | None = 10,
         body["max_tokens"] = max_tokens
     body.update(extra)
     return body
+
+
+# -- for the hostile-client and fuzz tests -------------------------------------------------
+class SturdyFakeVLLM(FakeVLLM):
+    """A FakeVLLM that takes whatever JSON a fuzzer or a hostile client gets
+    past the gate, answering as vLLM would rather than failing itself:
+    /tokenize counts the words of any message content and answers vLLM's
+    404 for a model it does not serve (as /v1/completions does); the
+    generation routes the plain fake does not serve (OTHER_GENERATION) answer
+    200 (JSON, or two SSE events for ``"stream": true``), or that 404;
+    ``tokenize_pause`` holds /tokenize until set. With ``flood``,
+    FLOOD_ROUTE instead streams ``flood_bytes`` of SSE in 64 KiB events as
+    fast as the gate takes them (a client that does not read fills every
+    buffer on the way)."""
+
+    OTHER_GENERATION = ("/v1/chat/completions/batch", "/v1/messages", "/inference/v1/generate",
+                        "/generative_scoring", "/invocations")
+    FLOOD_ROUTE = "/v1/messages"
+
+    def __init__(self, routes=(), *, flood: bool = False) -> None:
+        own = [("POST", path, self._flood if flood and path == self.FLOOD_ROUTE else self._generic)
+               for path in self.OTHER_GENERATION]
+        super().__init__([*routes, *own])
+        self.tokenize_pause: asyncio.Event | None = None
+        self.flood_bytes = 64 * 1024 * 1024
+        self.flood_cancelled = False
+
+    @staticmethod
+    def not_found(model) -> web.Response:
+        return web.json_response(
+            {"error": {"message": f"The model `{model}` does not exist.", "type": "NotFoundError",
+                       "param": "model", "code": 404}},
+            status=404,
+        )
+
+    async def _tokenize(self, request):
+        body = await self._body(request, "prompt", "messages")
+        if isinstance(body, web.Response):
+            return body
+        self.tokenize_requests.append(body)
+        if self.tokenize_pause is not None:
+            await self.tokenize_pause.wait()
+        if body.get("model", self.MODEL) != self.MODEL:
+            return self.not_found(body.get("model"))
+        if self.tokenize_status != 200:
+            return web.json_response({"error": {"message": "boom"}}, status=self.tokenize_status)
+        if "prompt" in body:
+            count = len(str(body["prompt"]).split())
+        else:
+            messages = body["messages"] if isinstance(body["messages"], list) else []
+            count = sum(len(str(m.get("content", "")).split()) for m in messages if isinstance(m, dict))
+        return web.json_response({"count": count, "max_model_len": self.MAX_MODEL_LEN,
+                                  "tokens": list(range(count)), "token_strs": None})
+
+    async def _generic(self, request):
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return web.json_response({"error": {"message": "Expected a JSON object", "type": "BadRequestError",
+                                                "param": None, "code": 400}}, status=400)
+        self.requests.append({"path": request.path, "headers": request.headers.copy(), "body": body})
+        if body.get("model", self.MODEL) != self.MODEL:
+            return self.not_found(body.get("model"))
+        answer = {"id": "gen-1", "object": request.path, "model": self.MODEL, "created": 0}
+        if body.get("stream") is not True:
+            return web.json_response(answer)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(f"data: {json.dumps(answer)}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async def _flood(self, request):
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        event = b"data: " + b"x" * (64 * 1024 - 8) + b"\n\n"
+        try:
+            for _ in range(self.flood_bytes // len(event)):
+                await resp.write(event)
+        except (asyncio.CancelledError, ConnectionError):
+            self.flood_cancelled = True
+            raise
+        await resp.write_eof()
+        return resp
+
+
+def assert_no_traceback(records, text: str = "") -> None:
+    """No log record at ERROR or above, none with a traceback attached, and
+    no "Traceback" in the captured text (the gate's and the fakes')."""
+    bad = [r for r in records if r.levelno >= 40 or r.exc_info or "Traceback" in r.getMessage()]
+    assert not bad, "logged at ERROR or with a traceback:\n" + "\n".join(
+        f"{r.levelname} {r.name}: {r.getMessage()}" for r in bad)
+    assert "Traceback" not in text
+
+
+class RawAnswer:
+    """What a raw HTTP exchange got back: status, headers (lower-case
+    names), body, and whether the connection ended before or with it."""
+
+    def __init__(self, head: bytes, body: bytes, closed: bool):
+        lines = head.decode("latin-1").split("\r\n")
+        self.status_line = lines[0]
+        self.status = int(lines[0].split()[1]) if len(lines[0].split()) > 1 else 0
+        self.headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            self.headers[name.strip().lower()] = value.strip()
+        self.body = body
+        self.closed = closed
+
+    def json(self):
+        return json.loads(self.body)
+
+
+async def raw_exchange(port: int, data: bytes, *, timeout: float = WAIT, then_close: bool = False) -> RawAnswer:
+    """Send ``data`` as it is on a fresh loopback connection and read one
+    answer (Content-Length or chunked), or up to the gate's close."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(data)
+        await writer.drain()
+        return await read_answer(reader, timeout=timeout)
+    finally:
+        writer.close()
+
+
+async def read_answer(reader: asyncio.StreamReader, *, timeout: float = WAIT) -> RawAnswer:
+    async def read() -> RawAnswer:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError as exc:
+            return RawAnswer(exc.partial or b"HTTP/1.1 0 closed", b"", True)
+        answer = RawAnswer(head[:-4], b"", False)
+        if "content-length" in answer.headers:
+            try:
+                answer.body = await reader.readexactly(int(answer.headers["content-length"]))
+            except asyncio.IncompleteReadError as exc:
+                answer.body, answer.closed = exc.partial, True
+        elif answer.headers.get("transfer-encoding") == "chunked":
+            chunks = []
+            while True:
+                size = int((await reader.readuntil(b"\r\n")).strip().split(b";")[0], 16)
+                chunks.append(await reader.readexactly(size + 2))
+                if size == 0:
+                    break
+            answer.body = b"".join(c[:-2] for c in chunks)
+        else:
+            answer.body = await reader.read()
+            answer.closed = True
+        return answer
+
+    return await asyncio.wait_for(read(), timeout)
+
+
+def http_request(method: str, path: str, body: bytes = b"", headers: dict | None = None,
+                 raw_headers: bytes = b"") -> bytes:
+    """One HTTP/1.1 request as bytes; ``raw_headers`` go in unchanged (for
+    bytes no client library would send)."""
+    lines = [f"{method} {path} HTTP/1.1", "Host: gate"]
+    hdrs = {"Content-Type": "application/json", "Content-Length": str(len(body)), **(headers or {})}
+    lines += [f"{k}: {v}" for k, v in hdrs.items() if v is not None]
+    return ("\r\n".join(lines) + "\r\n").encode() + raw_headers + b"\r\n" + body
+
+
+def spec_validator(name: str):
+    """A JSON Schema validator for ``components.schemas[name]`` of the gate's
+    OpenAPI spec (OpenAPI 3.0's ``nullable`` read as JSON Schema's null)."""
+    from jsonschema import Draft4Validator
+    from vllm_fleet_gate.app import spec_bytes
+
+    def convert(node):
+        if isinstance(node, dict):
+            out = {k: convert(v) for k, v in node.items() if k != "nullable"}
+            if node.get("nullable") and "type" in node:
+                out["type"] = [node["type"], "null"]
+            return out
+        if isinstance(node, list):
+            return [convert(v) for v in node]
+        return node
+
+    spec = convert(json.loads(spec_bytes()))
+    return Draft4Validator({**spec, "$ref": f"#/components/schemas/{name}"})
+
+
+def assert_gate_error(body) -> dict:
+    """``body`` is the gate's own error, as its spec says (GateError)."""
+    errors = sorted(spec_validator("GateError").iter_errors(body), key=str)
+    assert not errors, f"not the spec's GateError: {body}: {errors[0].message}"
+    return body["error"]
+
+
+# -- a real gate process, for synchronous tests ---------------------------------------------
+class EngineThread:
+    """A fake engine on its own event loop in a thread, for synchronous tests
+    (schemathesis calls with requests) against a real gate process."""
+
+    def __init__(self, fake: FakeVLLM):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="fake-engine", daemon=True)
+        self.fake = fake
+
+    def start(self) -> FakeVLLM:
+        self.thread.start()
+
+        async def serve():
+            self.fake.server = TestServer(self.fake.app(), host="127.0.0.1")
+            await self.fake.server.start_server()
+
+        asyncio.run_coroutine_threadsafe(serve(), self.loop).result(10)
+        return self.fake
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.fake.server.close(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+class GateProcess:
+    """``python -m vllm_fleet_gate`` (as systemd runs it: uvloop, the batched
+    log handler, the gate's server options) with its log in a file, read as
+    the run goes; its books read from /admin/state."""
+
+    def __init__(self, tmp_path, fake, **overrides):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        raw = base_config([fake], **overrides)
+        raw["listen"] = {**raw["listen"], "port": self.port}
+        self.config = tmp_path / "gate.json"
+        self.config.write_text(json.dumps(raw))
+        self.log_path = tmp_path / "gate.log"
+        self.offset = 0
+        self.session = requests.Session()
+        self.admin = {"Authorization": f"Bearer {ADMIN}"}
+
+    def start(self) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(GATE_DIR), os.environ.get("PYTHONPATH")]))}
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", "vllm_fleet_gate", "--config", str(self.config)],
+                                     stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if self.session.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except requests.ConnectionError:
+                pass
+            assert self.proc.poll() is None and time.monotonic() < deadline, self.log_path.read_text()
+            time.sleep(0.05)
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(15)
+        finally:
+            self.log.close()
+
+    def new_log(self) -> str:
+        """What the gate logged since the last call."""
+        data = self.log_path.read_bytes()[self.offset:]
+        self.offset += len(data)
+        return data.decode("utf-8", "replace")
+
+    def state(self) -> dict:
+        return self.session.get(self.url + "/admin/state", headers=self.admin, timeout=5).json()
+
+    def books_after(self) -> dict:
+        """The books once the last request has let go (a stream's handler
+        finishes just after its last byte); a hold or a drain an admin call
+        made is undone first, so the next request finds the gate as it was."""
+        deadline = time.monotonic() + 3
+        while True:
+            state = self.state()
+            if state["held"]:
+                self.session.post(self.url + "/admin/release", headers=self.admin, timeout=5)
+            if state["upstreams"]["e1"]["drained"]:
+                self.session.post(self.url + "/admin/undrain", json={"upstream": "e1"}, headers=self.admin, timeout=5)
+            books = {k: state[k] for k in ("reserved_tokens", "inflight", "queued")}
+            if books == {"reserved_tokens": 0, "inflight": 0, "queued": 0} or time.monotonic() > deadline:
+                return books
+            time.sleep(0.01)
+
+
+def log_problems(log: str) -> list[str]:
+    """The lines of a gate log at ERROR or above, or of a traceback."""
+    return [line for line in log.splitlines() if line.startswith(("ERROR", "CRITICAL")) or "Traceback" in line]
