@@ -220,8 +220,8 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.prefill import (MAX_GROUPS, MIN_GROUPS, PrefillError, baseline_from_json,
-                                          baseline_to_json)
+from ansible.module_utils.prefill import (MAX_BASELINE, MAX_GROUPS, MIN_GROUPS, PrefillError,
+                                          baseline_from_json, baseline_to_json)
 from ansible.module_utils.prefill_client import EngineClient
 from ansible.module_utils.prefill_probe import probe, record
 from ansible.module_utils.systemd import active_since, parse_show
@@ -271,9 +271,11 @@ def _load(path):
         return None, "no baseline at %s: it is recorded right after a verified start" % path
     try:
         with open(path, "rb") as fh:
-            return baseline_from_json(fh.read(1 << 20)), ""
+            return baseline_from_json(fh.read(MAX_BASELINE + 1)), ""
     except PrefillError as exc:
         return None, "baseline %s is unusable: %s" % (path, exc)
+    except OSError as exc:  # a directory, no permission
+        return None, "baseline %s is unreadable: %s" % (path, exc.strerror or exc)
 
 
 def _epoch(iso):

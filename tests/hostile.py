@@ -19,6 +19,7 @@ for a MiB, and look-alike lines quoted inside logged prompts.
 """
 from __future__ import annotations
 
+import math
 import re
 import time
 import typing as t
@@ -128,6 +129,8 @@ def numbers_in(text: str) -> set:
                 value = float(candidate)
             except ValueError:
                 continue
+            if not math.isfinite(value):
+                continue  # past float range: no parser's figure, and inf would match anything
             found.add(value)
             if value.is_integer():
                 found.add(int(value))
@@ -150,7 +153,12 @@ def assert_numbers_from(values: t.Iterable, text: str, scale: t.Iterable[float] 
 
 
 def _close(a: float, b: float) -> bool:
-    return a == b or abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1.0)
+    if a == b:
+        return True
+    try:
+        return abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1.0)
+    except OverflowError:  # an int past float range is only ever equal to itself
+        return False
 
 
 def cut_points(line: str, step: int = 1) -> t.Iterator[str]:

@@ -59,6 +59,10 @@ MARGIN = 1.05
 # degraded call is made from them (facts 6.3 step 3).
 SPREAD_MAX = 2.0
 MAX_TEXT = 16 << 20
+# A baseline file is a few kB; the module reads at most this much of one.
+MAX_BASELINE = 1 << 20
+# Past any served model's context (10M tokens at most): a larger count is garbage.
+MAX_PROMPT_TOKENS = 1 << 24
 _FLOAT_MAX = sys.float_info.max
 
 SCHEMA = 1
@@ -98,29 +102,30 @@ COUNTERS = ("prefill_time_sum", "prefill_time_count", "prefill_tokens_sum",
 
 # The text exposition format 0.0.4, as vLLM's prometheus_client writes it:
 # comment lines, blank lines and sample lines (a name, optional {labels}, a
-# value, an optional timestamp). Only ASCII digits (float() also reads
-# Arabic-Indic and full-width ones) and only the format's three escapes.
-# Possessive quantifiers keep every pattern one linear pass, so the whole
-# text is checked in C and only the probe's own lines are read in Python.
-# prometheus_client's parser is not used: it is quadratic in a line's labels,
-# escaped quotes and blanks, renames a counter's samples after its TYPE line,
-# and takes every digit float() takes.
+# value, an optional timestamp), each comment and sample from its first
+# column. Only ASCII digits (float() also reads Arabic-Indic and full-width
+# ones) and only the format's three escapes. Possessive quantifiers (Python
+# 3.11, which vLLM 0.32 requires too) keep every pattern one linear pass: the
+# whole text is checked in C, and the probe's own lines are found from the
+# literal "\nvllm:" and read in Python. prometheus_client's parser is not
+# used: it is quadratic in a line's labels, escaped quotes and blanks, renames
+# a counter's samples after its TYPE line, and takes every digit float() takes.
 _LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*+[ \t]*+=[ \t]*+"(?:[^"\\\n]++|\\[\\"n])*+"[ \t]*+'
 _LABELS = r'(?:' + _LABEL + r',[ \t]*+)*+(?:' + _LABEL + r')?'
 _VALUE = r'[-+]?(?:[0-9]++(?:\.[0-9]*+)?|\.[0-9]++)(?:[eE][-+]?[0-9]++)?|[-+]?(?i:inf(?:inity)?)|(?i:nan)'
 _TAIL = r'(?:[ \t]++[-+]?[0-9]++)?[ \t]*+\r?'
 _DOCUMENT_RE = re.compile(
-    r'(?:[ \t]*+(?:#[^\n]*+|[a-zA-Z_:][a-zA-Z0-9_:]*+(?:[ \t]*+\{[ \t]*+' + _LABELS + r'\}[ \t]*+|[ \t]++)(?:'
-    + _VALUE + r')' + _TAIL + r'|\r?)\n)*+', re.ASCII)
-_VLLM_LINE_RE = re.compile(r'^[ \t]*+vllm:', re.ASCII | re.MULTILINE)
-# Lines of the samples the probe reads, in a text _DOCUMENT_RE accepted.
-_READ_RE = re.compile(
-    r'^[ \t]*+(?P<name>' + "|".join(re.escape(n) for n in sorted(list(METRICS.values()) + [WAITING_BY_REASON]))
-    + r')(?:[ \t]*+\{[ \t]*+(?P<labels>' + _LABELS + r')\}[ \t]*+|[ \t]++)(?P<value>' + _VALUE + r')' + _TAIL + '$',
-    re.ASCII | re.MULTILINE)
+    r'(?:(?:#[^\n]*+|[a-zA-Z_:][a-zA-Z0-9_:]*+(?:[ \t]*+\{[ \t]*+' + _LABELS + r'\}[ \t]*+|[ \t]++)(?:'
+    + _VALUE + r')' + _TAIL + r'|[ \t]*+\r?)\n)*+', re.ASCII)
+# The samples the probe reads, in a text _DOCUMENT_RE accepted: after a
+# newline (_FIRST_RE: on the first line).
+_READ_NAMES = sorted(name[len("vllm:"):] for name in list(_BY_SAMPLE) + [WAITING_BY_REASON])
+_READ = (r'(?P<name>vllm:(?:' + "|".join(re.escape(name) for name in _READ_NAMES)
+         + r'))(?:[ \t]*+\{[ \t]*+(?P<labels>' + _LABELS + r')\}[ \t]*+|[ \t]++)(?P<value>' + _VALUE + r')' + _TAIL
+         + r'(?=\n)')
+_READ_RE = re.compile(r'\n' + _READ, re.ASCII)
+_FIRST_RE = re.compile(_READ, re.ASCII)
 _LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*+)[ \t]*+=[ \t]*+"((?:[^"\\\n]++|\\[\\"n])*+)"', re.ASCII)
-_ESCAPE_RE = re.compile(r'\\[\\"n]')
-_UNESCAPED = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,10 +205,11 @@ def parse_metrics(text: t.Union[str, bytes], engine: t.Optional[str] = None) -> 
         raise PrefillError("cannot parse the metrics text: line %d is not a sample, a comment or blank ('%s'): "
                            "check the URL is vLLM's /metrics in Prometheus text format"
                            % (number, _shown(text[valid:text.find("\n", valid)])))
-    if _VLLM_LINE_RE.search(text) is None:
+    if not text.startswith("vllm:") and "\nvllm:" not in text:
         raise PrefillError("no vllm: metrics in the text: check the URL is vLLM's /metrics on the API "
                            "server's port, not another exporter's")
-    for match in _READ_RE.finditer(text):
+    first = _FIRST_RE.match(text)
+    for match in itertools.chain([first] if first else [], _READ_RE.finditer(text)):
         name, value_text = match.group("name"), match.group("value")
         field = _BY_SAMPLE.get(name)
         labels = _parse_labels(match.group("labels"), match)
@@ -247,7 +253,7 @@ def parse_metrics(text: t.Union[str, bytes], engine: t.Optional[str] = None) -> 
                            waiting_capacity=waiting_capacity, **result)
 
 
-def _parse_labels(text: t.Optional[str], line: t.Match) -> t.Dict[str, str]:
+def _parse_labels(text: t.Optional[str], line: re.Match) -> t.Dict[str, str]:
     """The labels of a sample line ``_READ_RE`` matched, unescaped."""
     labels: t.Dict[str, str] = {}
     for match in _LABEL_RE.finditer(text or ""):
@@ -255,16 +261,22 @@ def _parse_labels(text: t.Optional[str], line: t.Match) -> t.Dict[str, str]:
         if name in labels:
             raise PrefillError("cannot parse the metrics text: line %d has the label %s twice"
                                % (line.string.count("\n", 0, line.start()) + 1, name))
-        labels[name] = _ESCAPE_RE.sub(lambda m: _UNESCAPED[m.group(0)], value) if "\\" in value else value
+        labels[name] = _unescape(value) if "\\" in value else value
     return labels
+
+
+def _unescape(value: str) -> str:
+    """A label value as written, read: ``\\\\`` ``\\"`` and ``\\n``.
+
+    In a value ``_LABEL_RE`` matched every backslash opens one of the three
+    escapes, and the leftmost pair of backslashes is always a ``\\\\``; so
+    splitting at those first leaves only the other two, one C pass each.
+    """
+    return "\\".join(part.replace('\\"', '"').replace("\\n", "\n") for part in value.split("\\\\"))
 
 
 def _labels(labels: t.Mapping[str, str]) -> str:
     return "{%s}" % ",".join('%s="%s"' % (k, _shown(v, 40)) for k, v in sorted(labels.items()))
-
-
-def _short(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _shown(text: str, limit: int = 80) -> str:
@@ -379,12 +391,12 @@ def _check_samples(samples: t.Any, what: str, size: t.Optional[int] = GROUP_SIZE
     out = []
     for i, x in enumerate(samples):
         if isinstance(x, bool) or not isinstance(x, (int, float)):
-            raise PrefillError("%s[%d] is %r, not a number" % (what, i, _short(repr(x), 40)))
-        x = float(x)
+            raise PrefillError("%s[%d] is %s, not a number" % (what, i, _brief(x)))
+        # Compared before float(): an int past float's range would raise OverflowError.
         if not (MIN_SAMPLE <= x <= MAX_SAMPLE):
-            raise PrefillError("%s[%d] is %r: a sample must be a finite time between %g and %g seconds"
-                               % (what, i, x, MIN_SAMPLE, MAX_SAMPLE))
-        out.append(x)
+            raise PrefillError("%s[%d] is %s: a sample must be a finite time between %g and %g seconds"
+                               % (what, i, _brief(x), MIN_SAMPLE, MAX_SAMPLE))
+        out.append(float(x))
     return tuple(out)
 
 
@@ -392,16 +404,22 @@ def _check_baseline(b: Baseline) -> None:
     for name in ("vllm_version", "model", "recorded_at"):
         value = getattr(b, name)
         if not isinstance(value, str) or not value.strip():
-            raise PrefillError("baseline %s must be a non-empty string, got %r" % (name, value))
+            raise PrefillError("baseline %s must be a non-empty string, got %s" % (name, _brief(value)))
     try:
-        datetime.datetime.fromisoformat(b.recorded_at)
-    except ValueError:
-        raise PrefillError("baseline recorded_at %r is not an ISO 8601 time (e.g. 2026-12-01T03:30:00+00:00)"
-                           % _short(b.recorded_at, 40)) from None
-    if isinstance(b.prompt_tokens, bool) or not isinstance(b.prompt_tokens, int) or b.prompt_tokens <= 0:
-        raise PrefillError("baseline prompt_tokens must be a positive integer, got %r" % (b.prompt_tokens,))
-    if b.unit not in UNITS:
-        raise PrefillError("baseline unit %r is not one of %s" % (b.unit, ", ".join(UNITS)))
+        # ASCII: fromisoformat() would read other digits; timestamp() is what
+        # the module compares with the unit's start, and fails on year 1.
+        if not b.recorded_at.isascii():
+            raise ValueError("not ASCII")
+        datetime.datetime.fromisoformat(b.recorded_at).timestamp()
+    except (ValueError, OverflowError, OSError):
+        raise PrefillError("baseline recorded_at %s is not an ISO 8601 time (e.g. 2026-12-01T03:30:00+00:00)"
+                           % _brief(b.recorded_at)) from None
+    if (isinstance(b.prompt_tokens, bool) or not isinstance(b.prompt_tokens, int)
+            or not 0 < b.prompt_tokens <= MAX_PROMPT_TOKENS):
+        raise PrefillError("baseline prompt_tokens must be a positive integer up to %d, got %s"
+                           % (MAX_PROMPT_TOKENS, _brief(b.prompt_tokens)))
+    if not isinstance(b.unit, str) or b.unit not in UNITS:
+        raise PrefillError("baseline unit %s is not one of %s" % (_brief(b.unit), ", ".join(UNITS)))
     if not isinstance(b.groups, (list, tuple)) or not (MIN_GROUPS <= len(b.groups) <= MAX_GROUPS):
         raise PrefillError("a baseline needs %d to %d groups of %d samples, got %s: record it again "
                            "right after a verified start" % (
@@ -419,25 +437,51 @@ def baseline_to_json(baseline: Baseline) -> str:
 
 
 def baseline_from_json(text: t.Union[str, bytes]) -> Baseline:
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", errors="replace")
+    """The baseline a file holds; PrefillError, saying why, for anything else."""
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", errors="replace")
+    if not isinstance(text, str):
+        raise PrefillError("baseline must be str or bytes, got %s" % type(text).__name__)
+    if len(text) > MAX_BASELINE:
+        raise PrefillError("baseline file is %d bytes, over %d: record the baseline again" % (len(text), MAX_BASELINE))
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except _DuplicateKey as exc:
+        raise PrefillError("baseline file names %s twice: record the baseline again" % exc) from None
     except (ValueError, RecursionError) as exc:
-        raise PrefillError("baseline file is not JSON (%s): record the baseline again" % _short(str(exc))) from None
+        raise PrefillError("baseline file is not JSON (%s): record the baseline again"
+                           % _shown(str(exc), 120)) from None
     if not isinstance(data, dict):
         raise PrefillError("baseline file must hold a JSON object, got %s" % type(data).__name__)
-    if data.get("schema") != SCHEMA:
-        raise PrefillError("baseline schema is %r, this toolkit reads %d: record the baseline again"
-                           % (_short(repr(data.get("schema")), 40), SCHEMA))
+    schema = data.get("schema")
+    if type(schema) is not int or schema != SCHEMA:
+        raise PrefillError("baseline schema is %s, this toolkit reads %d: record the baseline again"
+                           % (_brief(schema), SCHEMA))
     fields = {f.name for f in dataclasses.fields(Baseline)}
     missing = sorted(fields - set(data) - {"unit"})
     if missing:
         raise PrefillError("baseline lacks %s: record the baseline again" % ", ".join(missing))
     unknown = sorted(set(data) - fields - {"schema"})
     if unknown:
-        raise PrefillError("baseline has unknown keys %s" % ", ".join(_short(k, 40) for k in unknown))
+        more = " and %d more" % (len(unknown) - 5) if len(unknown) > 5 else ""
+        raise PrefillError("baseline has unknown keys %s%s" % (", ".join(_shown(k, 40) for k in unknown[:5]), more))
     return Baseline(**{k: v for k, v in data.items() if k in fields})
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _no_duplicate_keys(pairs: t.List[t.Tuple[str, t.Any]]) -> dict:
+    # json.loads keeps the last of two equal keys: a hand-edited file is ambiguous.
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen: t.Set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey("'%s'" % _shown(key, 40))
+            seen.add(key)
+    return data
 
 
 def _norm_version(v: str) -> str:

@@ -27,7 +27,7 @@ import time
 import typing as t
 from urllib.parse import urlsplit
 
-from ansible.module_utils.prefill import MetricsSnapshot, PrefillError, parse_metrics
+from ansible.module_utils.prefill import MAX_PROMPT_TOKENS, MetricsSnapshot, PrefillError, parse_metrics
 
 # Words whose token counts are stable under any BPE: the prompt is built from
 # these, counted with the engine's /tokenize, and trimmed to the length asked.
@@ -37,6 +37,8 @@ MAX_BODY = 32 << 20
 # How long a finished request's figures may take to reach /metrics.
 METRICS_SETTLE_S = 2.0
 METRICS_POLL_S = 0.01
+# vLLM's versions are like 0.32.0 or 0.11.1rc3.dev12+g1234abc.cpu.
+MAX_VERSION = 200
 
 
 class EngineUnreachable(PrefillError):
@@ -69,12 +71,16 @@ class EngineClient:
 
     def __init__(self, url: str, timeout: float = 20.0, api_key: t.Optional[str] = None,
                  clock: t.Callable[[], float] = time.monotonic) -> None:
-        parts = urlsplit(url)
-        if parts.scheme != "http" or not parts.hostname:
-            raise PrefillError("url %r must be http://HOST:PORT, the engine's own API address" % url)
+        try:
+            parts = urlsplit(url)
+            port = parts.port  # a port past 65535 or not a number raises ValueError
+        except (ValueError, TypeError, AttributeError):
+            parts, port = None, None
+        if parts is None or parts.scheme != "http" or not parts.hostname:
+            raise PrefillError("url %s must be http://HOST:PORT, the engine's own API address" % _said(repr(url)))
         self.base = url.rstrip("/")
         self.host = parts.hostname
-        self.port = parts.port or 80
+        self.port = port or 80
         self.prefix = parts.path.rstrip("/")
         if self.prefix.endswith("/v1"):
             self.prefix = self.prefix[:-3]
@@ -122,14 +128,20 @@ class EngineClient:
                 # A kept-alive connection the server closed while idle: once more, fresh.
                 self.close()
                 if attempt == 2:
-                    raise EngineUnreachable("%s %s: %s" % (method, path, exc)) from None
+                    raise EngineUnreachable("%s %s: %s" % (method, path, _said(str(exc)))) from None
                 continue
-            except (OSError, http.client.HTTPException) as exc:
+            except (OSError, http.client.HTTPException, ValueError) as exc:
+                # ValueError: a host name IDNA cannot encode (UnicodeError), a key that is not Latin-1.
                 self.close()
-                raise EngineUnreachable("%s %s%s: %s" % (method, self.base, path, exc)) from None
+                raise EngineUnreachable("%s %s%s: %s" % (method, self.base, path, _said(str(exc)))) from None
             if len(payload) > MAX_BODY:
                 self.close()
                 raise PrefillError("%s %s answered over %d bytes: is this vLLM?" % (method, path, MAX_BODY))
+            # read(amt) returns a body cut short of its Content-Length as if whole.
+            if response.length:
+                self.close()
+                raise EngineUnreachable("%s %s: the answer was cut after %d bytes, %d short of its "
+                                        "Content-Length" % (method, path, len(payload), response.length))
             if response.will_close:
                 self.close()
             return response.status, payload
@@ -140,7 +152,7 @@ class EngineClient:
         status, payload = self.request(method, path, body, timeout)
         if status != 200:
             raise PrefillError("%s %s answered HTTP %d: %s" % (
-                method, path, status, payload[:300].decode("utf-8", "replace")))
+                method, path, status, _said(payload[:300].decode("utf-8", "replace"), 300)))
         try:
             return json.loads(payload)
         except (ValueError, RecursionError):
@@ -158,14 +170,18 @@ class EngineClient:
 
     def version(self) -> str:
         data = self.json("GET", "/version")
-        if not isinstance(data, dict) or not isinstance(data.get("version"), str):
+        version = data.get("version") if isinstance(data, dict) else None
+        if not isinstance(version, str) or not version.strip():
             raise PrefillError("GET /version did not answer {\"version\": ...}: is this vLLM?")
-        return data["version"]
+        if len(version) > MAX_VERSION or not version.isprintable():
+            raise PrefillError("GET /version answered %s, not a vLLM version: is this vLLM?"
+                               % _said(repr(version), 60))
+        return version
 
     def count_tokens(self, model: str, prompt: str) -> int:
         data = self.json("POST", "/tokenize", {"model": model, "prompt": prompt})
         count = data.get("count") if isinstance(data, dict) else None
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_PROMPT_TOKENS:
             raise PrefillError("POST /tokenize did not answer a token count: is this vLLM?")
         return count
 
@@ -213,7 +229,7 @@ class EngineClient:
         after = self.settled_metrics(before)
         usage = data.get("usage") if isinstance(data, dict) else None
         counted = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-        if isinstance(counted, bool) or not isinstance(counted, int) or counted <= 0:
+        if isinstance(counted, bool) or not isinstance(counted, int) or not 0 < counted <= MAX_PROMPT_TOKENS:
             raise PrefillError("the completion's usage has no prompt_tokens: is this vLLM?")
         server = None
         if (before.prefill_time_sum is not None and after.prefill_time_sum is not None
@@ -224,6 +240,14 @@ class EngineClient:
                                "probe (another request ran, or /metrics lacks "
                                "vllm:request_prefill_time_seconds): probe when the engine is quiet")
         return Sample(server, client_seconds, counted), before, after
+
+
+def _said(text: str, limit: int = 200) -> str:
+    """What the other end said, for a message: cut, with control characters escaped."""
+    cut = text[:limit]
+    if not cut.isprintable():
+        cut = "".join(c if c.isprintable() else repr(c)[1:-1] for c in cut)
+    return cut + ("..." if len(text) > limit else "")
 
 
 def _text(words: int) -> str:
