@@ -23,8 +23,8 @@ description:
     already recorded since the unit's start is kept, so reruns change nothing.
   - The rule and its constants (mean of the fastest 2 of 4, a threshold from the baseline's own noise, two
     stages) are in C(docs/diagnose.md) of this repository.
-  - Needs the Python that runs vLLM (C(prometheus_client)); run it on the engine's head with
-    C(ansible_python_interpreter) set to the vLLM venv's python.
+  - Needs Python 3.11 or newer (its linear C(/metrics) parser), which the Python that runs vLLM is; run it on
+    the engine's head with C(ansible_python_interpreter) set to the vLLM venv's python.
 options:
   url:
     description: The engine's base URL, for example C(http://10.0.0.11:8000) (http only; a C(/v1) suffix is dropped).
