@@ -83,7 +83,8 @@ options:
     default: []
   disk_path:
     description:
-      - Where the model is (or will be) staged. It may not exist yet; its nearest existing parent is measured.
+      - Where the model is (or will be) staged, an absolute path (a relative one fails C(disk_free)). It may not
+        exist yet; its nearest existing parent is measured.
       - O(disk_path) and O(min_disk_gib) are required together.
     type: path
   min_disk_gib:

@@ -17,12 +17,33 @@ import re
 # operating-system command (ESC ] ... ended by BEL or ESC \, a window title),
 # or a two-byte escape such as the ESC ( B that tput sgr0 prints.
 _ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[ -/]*[0-~])")
+# A sequence or a stray ESC (cut, or before a byte no sequence takes). One at a time, not a
+# run: a repeated group would stack a backtracking point per code of a huge run.
+_CODE_RE = re.compile(_ANSI_RE.pattern + r"|\x1b")
+# What a figure is made of (digits, thousands separators, a decimal point): a removed
+# run between two of these would join them into one figure.
+_FIGURE_CHARS = frozenset("0123456789,._")
 
 
 def strip_ansi(text: str) -> str:
     """``text`` without its escape sequences; text without ESC is returned as is.
 
-    An ESC that opens no sequence (cut, or before a byte no sequence takes) goes
-    too, so no ESC is ever left: the result is stripped already (removing a code
-    cannot join a stray ESC and the text after it into a new one)."""
-    return _ANSI_RE.sub("", text).replace("\x1b", "") if "\x1b" in text else text
+    A stray ESC goes too, so none is ever left: the result is stripped already
+    (a second pass cannot find a stray ESC and the text after it forming a new
+    code) and cannot write one to a terminal. Where removing a run of codes
+    would join two figures into one (``1,`` ESC ``0 0000`` is not 1,000), a
+    space stands in its place, so a parser never reads a number the text does
+    not write; no real capture colours inside a figure."""
+    if "\x1b" not in text:
+        return text
+    pieces = _CODE_RE.split(text)
+    out = [pieces[0]]
+    last = pieces[0][-1:]
+    for piece in pieces[1:]:
+        if not piece:  # between two codes: the junction is where text resumes
+            continue
+        if last in _FIGURE_CHARS and piece[0] in _FIGURE_CHARS:
+            out.append(" ")
+        out.append(piece)
+        last = piece[-1]
+    return "".join(out)

@@ -133,7 +133,7 @@ def validate_options(*, min_gpus: int, ports, min_cuda_version: str | None = Non
             raise PreflightOptionError(
                 f"min_cuda_version must be a version such as 12.8, got '{_shown(min_cuda_version)}'") from None
     if not _is_int(min_gpus) or min_gpus < 0:
-        raise PreflightOptionError(f"min_gpus must be 0 or more, got {_shown(min_gpus)}")
+        raise PreflightOptionError(f"min_gpus must be 0 or more, got {_shown(min_gpus, quote=True)}")
     if not _is_list(ports):
         raise PreflightOptionError(f"ports must be a list of port numbers, got {_shown(ports)}")
     bad = [_shown(x, quote=True) for x in ports if not (_is_int(x) and 1 <= x <= 65535)]
@@ -433,8 +433,10 @@ class Listener:
     processes: list = field(default_factory=list)  # [(name, pid)]
 
 
-# Linux pids stop at 2**22 (pid_max): 7 digits; ten leave room and stay far below int()'s limit.
-_SS_PROCESS = re.compile(r'\("((?:[^"\\]|\\.)*)",pid=([0-9]{1,10})(?![0-9])')
+# The name is the process's comm (15 characters at most; 256 leave room for escapes), so a
+# hostile run of escapes never stacks a backtracking point per character. Linux pids stop at
+# 2**22 (pid_max): 7 digits; ten leave room and stay far below int()'s limit.
+_SS_PROCESS = re.compile(r'\("((?:[^"\\]|\\.){0,256})",pid=([0-9]{1,10})(?![0-9])')
 _ASCII_NUMBER = re.compile(r"[0-9]+")
 
 

@@ -17,15 +17,14 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 
+# The probe's line: this prefix, then ray.nodes() as JSON.
+PREFIX = "RAY_NODES_JSON="
 # Runs inside the engine's venv as the Ray user: prints ray.nodes() as JSON.
 PROBE = (
     "import json, sys, ray\n"
     "ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False)\n"
-    "print('RAY_NODES_JSON=' + json.dumps(ray.nodes(), default=str))\n"
+    f"print({PREFIX!r} + json.dumps(ray.nodes(), default=str))\n"
 )
-
-
-PREFIX = "RAY_NODES_JSON="
 
 
 class RayProbeError(Exception):

@@ -36,11 +36,13 @@ ALIVE_STATES = ("active", "activating", "reloading")
 # line such as ``(EngineCore pid=1) `` or after the end of vLLM's
 # ``[file.py:123] `` prefix (``file.py:123] `` before v0.6.4); not one quoted
 # inside a warning or a logged prompt, such as ``(really) ValueError: x`` or
-# ``[see] ValueError: x``. Each alternative starts at a fixed character, so a
-# search is linear on a line of any length.
+# ``[see] ValueError: x``. Each alternative starts at a fixed character and the
+# repeats are bounded (Ray's prefix before vLLM's is two; a module path has a
+# few parts), so a search is linear on a line of any length and never stacks a
+# backtracking point per repeat.
 _EXC = re.compile(
-    r"(?:^\s*(?:\([^()]*\)\s+)*|:[0-9]{1,9}\] )"
-    r"((?:[a-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception)): (\S.*)$"
+    r"(?:^\s*(?:\([^()]*\)\s+){0,3}|:[0-9]{1,9}\] )"
+    r"((?:[a-z_]\w*\.){0,16}(?:[A-Z]\w*(?:Error|Exception)|Exception)): (\S.*)$"
 )
 # What http.client refuses in a URL (control characters and space).
 _URL_FORBIDDEN = re.compile(r"[\x00-\x20\x7f]")
@@ -70,7 +72,7 @@ def _url_valid(url) -> bool:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             return False
-        parts.port  # noqa: B018 - raises ValueError for a port that is not one
+        parts.port  # raises ValueError for a port that is not one
         parts.hostname.encode("idna")  # UnicodeError (a ValueError) where the socket would raise it
     except ValueError:  # a bad port or IPv6 literal, an empty or long label
         return False
@@ -78,17 +80,23 @@ def _url_valid(url) -> bool:
 
 
 def _shown(value) -> str:
-    """A number for a message: never raises (``str()`` of a 4,301-digit int does)."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** 30:
+    """A value for a message: short, and never raising (``str()`` of a 4,301-digit int does,
+    and of a list that holds one)."""
+    if value is None or isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int) and abs(value) >= 10 ** 30:
         return "a number of more than 30 digits"
-    return repr(value) if isinstance(value, str) else str(value)[:80]
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, str):
+        return repr(value if len(value) <= 200 else value[:200] + "...")
+    return f"a {type(value).__name__}"
 
 
 def validate_options(url: str, timeout: int, journal_lines: int) -> None:
     """Raise :class:`HealthArgumentError` (and nothing else) for a URL or number the probe cannot use."""
     if not _url_valid(url):
-        shown = url if not isinstance(url, str) or len(url) <= 200 else url[:200] + "..."
-        raise HealthArgumentError(f"url must be the server's base URL, http(s)://HOST:PORT, got {shown!r}")
+        raise HealthArgumentError(f"url must be the server's base URL, http(s)://HOST:PORT, got {_shown(url)}")
     number = isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
     if not number or not timeout > 0:  # `not >`: NaN is not positive either
         raise HealthArgumentError(f"timeout must be a positive number of seconds, got {_shown(timeout)}")
