@@ -28,6 +28,7 @@ options:
   cmdline:
     description:
       - The server's command line, as a list of words or as one string split like a shell would.
+        A string that holds NUL characters is split at them, as C(/proc/PID/cmdline) holds argv.
       - It appears in the task's invocation when Ansible logs arguments; prefer O(pid) or O(unit)
         when it holds secrets.
       - Exactly one of O(cmdline), O(pid) and O(unit) may be given. At least one of them or O(log_path) is required.

@@ -164,6 +164,10 @@ def probe(url: str, timeout: int):
     except http.client.HTTPException as exc:
         # Something answered, but not HTTP (a wrong port).
         return None, f"not an HTTP answer ({type(exc).__name__}: {exc})"
+    except ValueError as exc:
+        # A host name the resolver's IDNA step refuses (UnicodeError), which the
+        # URL check did not foresee: no answer, never a traceback.
+        return None, f"cannot send to this URL ({type(exc).__name__}: {exc})"
 
 
 def unit_state(module, unit: str, fail):

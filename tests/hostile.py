@@ -174,8 +174,8 @@ def assert_linear(fn: t.Callable[[t.Any], t.Any], build: t.Callable[[int], t.Any
 
     Times ``small`` and ``small * factor`` (best of three each, in one run).
     Linear growth gives a ratio near ``factor``, quadratic near ``factor**2``;
-    the test fails past ``bound``. A large input done within ``floor_s`` passes
-    whatever the ratio (timer noise)."""
+    the test fails past ``bound`` three times running. A large input done
+    within ``floor_s`` passes whatever the ratio (timer noise)."""
     def best(n: int) -> float:
         data = build(n)
         times = []
@@ -185,10 +185,13 @@ def assert_linear(fn: t.Callable[[t.Any], t.Any], build: t.Callable[[int], t.Any
             times.append(time.perf_counter() - start)
         return min(times)
 
-    t_small = best(small)
-    t_large = best(small * factor)
-    if t_large <= floor_s:
-        return
-    ratio = t_large / max(t_small, 1e-6)
-    assert ratio < bound, (f"{small * factor} chars took {t_large:.3f} s, {ratio:.1f}x the time of "
-                           f"{small} chars ({t_small:.4f} s): not linear")
+    # Up to three tries: a quadratic parser fails every one, a machine busy
+    # with other work not three in a row.
+    for attempt in range(3):
+        t_small = best(small)
+        t_large = best(small * factor)
+        ratio = t_large / max(t_small, 1e-6)
+        if t_large <= floor_s or ratio < bound:
+            return
+    raise AssertionError(f"{small * factor} chars took {t_large:.3f} s, {ratio:.1f}x the time of "
+                         f"{small} chars ({t_small:.4f} s), three times: not linear")

@@ -28,7 +28,9 @@ MAX_DEPTH = 100
 MAX_NUMBER_CHARS = 4300
 
 # A number-like word: what follows a digit up to the next delimiter, checked below.
-_NUMBER_WORD_RE = re.compile(r"[-+]?\.?[0-9](?:[0-9A-Za-z_.]|(?<=[eE])[-+])*", re.ASCII)
+# (No repeated group in these patterns: the re module keeps a backtracking
+# state for every repeat of a group, some 60 bytes per character of a long word.)
+_NUMBER_WORD_RE = re.compile(r"[-+]?\.?[0-9][0-9A-Za-z_.]*(?:(?<=[eE])[-+][0-9A-Za-z_.]*)?", re.ASCII)
 _DIGITS = r"[0-9](?:_?[0-9])*"
 _EXPONENT = rf"[eE][-+]?{_DIGITS}"
 _FLOAT = rf"(?:(?:{_DIGITS})?\.{_DIGITS}|{_DIGITS}\.)(?:{_EXPONENT})?|{_DIGITS}{_EXPONENT}"
@@ -38,9 +40,9 @@ _NUMBER_RE = re.compile(
     rf"|(?P<imag>{_FLOAT}|{_DIGITS})[jJ])", re.ASCII)
 _IDENT_RE = re.compile(r"[A-Za-z_][\w.]*")
 _STRING_RE = re.compile(r"(?P<prefix>[bB][rR]?|[rR][bB]?|[uU])?(?P<quote>['\"])")
-# The rest of a string after its opening quote, up to the closing one.
-_BODY_RES = {q: re.compile(rf"[^{q}\\]*(?:\\.[^{q}\\]*)*{q}", re.S) for q in "'\""}
-_ESCAPE_RE = re.compile(r"\\(N\{[^}]*\}|u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|x[0-9A-Fa-f]{2}|[0-7]{1,3}|.)", re.S)
+# A character name is at most 88 letters long (Unicode 15).
+_ESCAPE_RE = re.compile(r"\\(N\{[^}]{0,100}\}|u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|x[0-9A-Fa-f]{2}|[0-7]{1,3}|.)",
+                        re.S)
 _SIMPLE_ESCAPES = {"\\": "\\", "'": "'", '"': '"', "a": "\a", "b": "\b", "f": "\f", "n": "\n",
                    "r": "\r", "t": "\t", "v": "\v", "\n": ""}
 _CLOSERS = {"(": ")", "[": "]", "{": "}"}
@@ -48,6 +50,20 @@ _CLOSERS = {"(": ")", "[": "]", "{": "}"}
 
 class ReprError(ValueError):
     """A Python repr could not be read."""
+
+
+def closing_quote(text: str, start: int, quote: str) -> int:
+    """The index of the first ``quote`` at or after ``start`` that no backslash
+    escapes, or -1. Linear: each quote and backslash is looked at once."""
+    end = text.find(quote, start)
+    while end >= 0:
+        backslash = text.find("\\", start, end)
+        if backslash < 0:
+            return end
+        start = backslash + 2
+        if start > end:
+            end = text.find(quote, start)
+    return -1
 
 
 class _ReprReader:
@@ -120,16 +136,15 @@ class _ReprReader:
         digits = text.replace("_", "")
         try:
             if m.group("int") is not None:
-                self.i = word.end()
-                return int(digits)
-            if m.group("float") is not None:
+                value = int(digits)
+            elif m.group("float") is not None:
                 value = float(digits)
             else:
-                value = complex(0, float(digits[:-1].lstrip("+-")))
-                value = -value if digits[0] == "-" else value
-        except ValueError:     # int() below Python's digit limit (PYTHONINTMAXSTRDIGITS)
+                imag = float(digits[:-1].lstrip("+-"))
+                value = complex(0, -imag if digits[0] == "-" else imag)
+        except ValueError:      # int() past sys.get_int_max_str_digits(), which PYTHONINTMAXSTRDIGITS may lower
             self.fail(f"a number too long for Python: {text[:30]!r}")
-        if not all(map(math.isfinite, (value.real, value.imag))):
+        if not isinstance(value, int) and not (math.isfinite(value.real) and math.isfinite(value.imag)):
             self.fail(f"a number out of float range: {text[:30]!r}")
         self.i = word.end()
         return value
@@ -162,11 +177,11 @@ class _ReprReader:
     def string_end(self) -> tuple[str, str, str]:
         """Move past a string literal; return its prefix (lower case), quote and body."""
         m = _STRING_RE.match(self.s, self.i)
-        body = _BODY_RES[m.group("quote")].match(self.s, m.end())
-        if body is None:
+        end = closing_quote(self.s, m.end(), m.group("quote"))
+        if end < 0:
             self.fail("unterminated string")
-        self.i = body.end()
-        return (m.group("prefix") or "").lower(), m.group("quote"), self.s[m.end():body.end() - 1]
+        self.i = end + 1
+        return (m.group("prefix") or "").lower(), m.group("quote"), self.s[m.end():end]
 
     def string(self) -> str:
         start = self.i
@@ -199,13 +214,15 @@ class _ReprReader:
                 self.i = start
                 self.fail(f"an escape past the last Unicode character: \\{seq}")
             return chr(code)
-        if head == "N" and len(seq) > 1:
-            try:
-                return unicodedata.lookup(seq[2:-1])
-            except KeyError:
-                self.i = start
-                self.fail(f"an unknown character name: \\{seq[:40]}")
-        if head in "xNuU":
+        if head == "N":
+            if len(seq) > 1:
+                try:
+                    return unicodedata.lookup(seq[2:-1])
+                except KeyError:
+                    pass
+            self.i = start
+            self.fail(f"a \\N escape without a known character name: \\{seq[:40]}")
+        if head in "xuU":
             self.i = start
             self.fail(f"a truncated \\{head} escape")
         # Python keeps an unknown escape such as \d as it is (and warns)

@@ -11,13 +11,18 @@ An exec property is printed in systemd's structured form (systemd 252)::
 
 with argv joined by single spaces and unquoted. Each caller keeps its own
 message for a unit that is missing or not running; this file only reads.
+
+Nothing here raises: any text (cut, with NULs, CRs, or non-UTF-8 read with
+replacement) gives a value, and what cannot be a property, a pid or a stamp
+is absent, 0 or None.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-_EXEC_RE = re.compile(r"\{ path=(?P<path>.*?) ; argv\[\]=(?P<argv>.*?) ; ignore_errors=")
+_PID_RE = re.compile(r"[0-9]{1,10}", re.ASCII)         # Linux's pid_max is at most 2**22
+_STAMP_RE = re.compile(r"@[0-9]{1,12}(\.[0-9]{1,9})?", re.ASCII)
 
 
 @dataclass
@@ -31,9 +36,16 @@ class UnitInfo:
 
 
 def parse_show(text: str) -> dict[str, str]:
-    """``KEY=VALUE`` lines as a dict; the first of a repeated key wins."""
+    """``KEY=VALUE`` lines as a dict; the first of a repeated key wins.
+
+    systemctl ends each property with a newline, so only a newline ends a line
+    (a CR or a Unicode line break inside a value stays in it)."""
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", "replace")
+    if not isinstance(text, str):
+        return {}
     props: dict[str, str] = {}
-    for line in (text or "").splitlines():
+    for line in text.split("\n"):
         key, eq, value = line.partition("=")
         key = key.strip()
         if eq and key and key not in props:
@@ -45,24 +57,37 @@ def active_since(props: dict[str, str]) -> float | None:
     """``ActiveEnterTimestamp`` of ``systemctl show --timestamp=unix`` as epoch
     seconds, or None when the unit is not active or the stamp is not ``@N``."""
     stamp = props.get("ActiveEnterTimestamp", "")
-    if props.get("ActiveState") != "active" or not re.fullmatch(r"@[0-9]{1,12}(\.[0-9]{1,9})?", stamp, re.ASCII):
+    if props.get("ActiveState") != "active" or not isinstance(stamp, str) or not _STAMP_RE.fullmatch(stamp):
         return None
     return float(stamp[1:])
 
 
 def main_pid(props: dict[str, str]) -> int:
-    """``MainPID`` as an int; 0 (no main process) when absent or not a number."""
-    try:
-        return int(props.get("MainPID", "0") or 0)
-    except ValueError:
+    """``MainPID`` as an int; 0 (no main process) when absent or not a number
+    in ASCII digits (int() would read ``٤٢`` as 42, another process)."""
+    value = props.get("MainPID", "")
+    if not isinstance(value, str) or not _PID_RE.fullmatch(value):
         return 0
+    return int(value)
 
 
 def exec_command(value: str) -> tuple[str | None, str | None]:
     """``(path, argv)`` of the first command of an exec property; ``(None, None)``
     when it holds none."""
-    m = _EXEC_RE.search(value or "")
-    return (m.group("path"), m.group("argv")) if m else (None, None)
+    if not isinstance(value, str):
+        return None, None
+    # str.find, not a regex with lazy groups: that is quadratic on a line of "{ path="
+    start = value.find("{ path=")
+    if start < 0:
+        return None, None
+    start += len("{ path=")
+    argv_at = value.find(" ; argv[]=", start)
+    if argv_at < 0:
+        return None, None
+    end = value.find(" ; ignore_errors=", argv_at + len(" ; argv[]="))
+    if end < 0:
+        return None, None
+    return value[start:argv_at], value[argv_at + len(" ; argv[]="):end]
 
 
 def unit_info(text: str) -> UnitInfo:

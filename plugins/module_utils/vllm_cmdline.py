@@ -8,20 +8,25 @@
 where the server's own arguments start; :func:`parse_cmdline` reads them
 against the version's :class:`~vllm_help.FlagTable` the way vLLM's
 ``FlexibleArgumentParser`` would.
+
+Whatever the command line holds, :func:`split_cmdline` and
+:func:`parse_cmdline` raise :class:`~vllm_flag_errors.CmdlineError` and
+nothing else; :func:`read_proc_cmdline` raises
+:class:`~vllm_flag_errors.SourceError`.
 """
 from __future__ import annotations
 
-import json
 import os
-import shlex
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible.module_utils.pyrepr import MAX_DEPTH, closing_quote
 from ansible.module_utils.secrets_mask import mask_argv, mask_value
 from ansible.module_utils.vllm_flag_errors import CmdlineError, SourceError
 from ansible.module_utils.vllm_help import Flag, FlagTable, is_option, normalise_option
 from ansible.module_utils.vllm_settings import SOURCE_CMDLINE, Setting, Unknown
-from ansible.module_utils.vllm_values import convert_cli_value
+from ansible.module_utils.vllm_values import convert_cli_value, load_json
 
 
 _API_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
@@ -42,15 +47,78 @@ class ParsedCmdline:
         return self.argv[self.args_index:]
 
 
+# POSIX shell words as shlex.split reads them: whitespace, '...', the start of
+# "..." (where a backslash escapes only " and itself), a backslash-escaped
+# character, other characters, and a quote or backslash left unpaired.
+_SHELL_PIECE_RE = re.compile(r"""(?P<ws>[ \t\r\n]+)|'(?P<single>[^']*)'|(?P<double>")|\\(?P<escaped>.)
+                                |(?P<plain>[^ \t\r\n'"\\]+)|(?P<unpaired>['\\])""", re.S | re.X)
+_DOUBLE_ESCAPE_RE = re.compile(r'\\(["\\])')
+# The word types a list may hold: YAML gives 2 for "2".
+_WORD_TYPES = (str, int, float)
+
+
+def _unsplittable(reason: str) -> str:
+    return f"cannot split the command line ({reason}); check its quoting"
+
+
+def shell_split(text: str) -> list[str]:
+    """``shlex.split(text)`` in linear time (shlex is quadratic in a word's
+    length); CmdlineError, with shlex's reason, for an unpaired quote or a
+    trailing backslash."""
+    words: list[str] = []
+    word: list[str] = []
+    in_word = False
+    at = 0
+    while at < len(text):
+        m = _SHELL_PIECE_RE.match(text, at)
+        kind = m.lastgroup
+        at = m.end()
+        if kind == "ws":
+            if in_word:
+                words.append("".join(word))
+                word, in_word = [], False
+            continue
+        if kind == "unpaired":
+            raise CmdlineError(_unsplittable("No escaped character" if m.group(0) == "\\" else "No closing quotation"))
+        if kind == "double":
+            end = closing_quote(text, at, '"')
+            if end < 0:
+                # shlex names a backslash left at the very end, inside the quote too
+                trailing = len(text) - len(text.rstrip("\\"))
+                raise CmdlineError(_unsplittable("No escaped character" if trailing % 2 else "No closing quotation"))
+            piece = _DOUBLE_ESCAPE_RE.sub(r"\1", text[at:end])
+            at = end + 1
+        else:
+            piece = m.group(kind)
+        word.append(piece)
+        in_word = True
+    if in_word:
+        words.append("".join(word))
+    return words
+
+
+def split_nul(text: str) -> list[str]:
+    """argv as ``/proc/PID/cmdline`` holds it: each word ends with a NUL."""
+    argv = text.split("\0")
+    if argv and argv[-1] == "":
+        argv.pop()
+    return argv
+
+
 def split_cmdline(cmdline: Any) -> list[str]:
-    """A list as given, or a string split like a shell would."""
+    """A list as given, or a string split like a shell would; a string that
+    holds NULs is ``/proc/PID/cmdline``'s form (no shell word holds a NUL)."""
     if isinstance(cmdline, (list, tuple)):
+        for n, word in enumerate(cmdline, 1):
+            if not isinstance(word, _WORD_TYPES):
+                raise CmdlineError(f"cmdline word {n} is a {type(word).__name__}, not a word; "
+                                   "give the command line as a list of strings")
         argv = [str(a) for a in cmdline]
     elif isinstance(cmdline, str):
-        try:
-            argv = shlex.split(cmdline)
-        except ValueError as exc:
-            raise CmdlineError(f"cannot split the command line ({exc}); check its quoting") from None
+        if "\0" in cmdline:
+            argv = split_nul(cmdline)
+        else:
+            argv = shell_split(cmdline)
     else:
         raise CmdlineError(f"cmdline must be a list or a string, got {type(cmdline).__name__}")
     if not argv:
@@ -115,9 +183,9 @@ def parse_cmdline(cmdline: Any, table: FlagTable) -> ParsedCmdline:
         for token in argv:
             if " " in token and "vllm" in token:
                 try:
-                    inner = shlex.split(token)
+                    inner = shell_split(token)
                     locate_server_args(inner)
-                except (ValueError, CmdlineError):
+                except CmdlineError:
                     continue
                 return parse_cmdline(inner, table)
         raise
@@ -174,11 +242,15 @@ def parse_cmdline(cmdline: Any, table: FlagTable) -> ParsedCmdline:
             i += 1
             append = keypath.endswith("+")
             keys = keypath.rstrip("+").split(".")
+            if len(keys) > MAX_DEPTH:
+                parsed.unknown.append(Unknown(base, SOURCE_CMDLINE, " ".join(evidence),
+                                              f"keys nested deeper than {MAX_DEPTH}"))
+                continue
             if append:
                 value: Any = inline_value.split(",")
             else:
                 try:
-                    value = json.loads(inline_value)
+                    value = load_json(inline_value)
                 except ValueError:
                     value = inline_value
             entry = dotted.setdefault(flag.dest, (flag, {}, []))
@@ -245,6 +317,7 @@ def parse_cmdline(cmdline: Any, table: FlagTable) -> ParsedCmdline:
 
 
 def read_proc_cmdline(pid: int, proc: str = "/proc") -> list[str]:
+    """The argv of process ``pid``; SourceError when it cannot be read."""
     path = os.path.join(proc, str(pid), "cmdline")
     try:
         with open(path, "rb") as handle:
@@ -255,9 +328,10 @@ def read_proc_cmdline(pid: int, proc: str = "/proc") -> list[str]:
             "server is running and the pid is current") from None
     except PermissionError:
         raise SourceError(f"cannot read {path}: permission denied; use become") from None
-    argv = data.decode("utf-8", "replace").split("\0")
-    if argv and argv[-1] == "":
-        argv.pop()
+    except (OSError, ValueError) as exc:     # ESRCH as the process exits; a NUL in the path
+        raise SourceError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}; check that the "
+                          "vLLM server is running and the pid is current") from None
+    argv = split_nul(data.decode("utf-8", "replace"))
     if not argv:
         raise SourceError(f"pid {pid} has an empty command line (a zombie or a kernel thread)")
     return argv

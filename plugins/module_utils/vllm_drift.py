@@ -6,6 +6,9 @@
 :func:`running_unit` reads the unit (it must be loaded and running);
 :func:`compare_unit` compares its ExecStart with the running command line by
 parsed value, so order and spelling are not drift.
+
+:func:`split_exec_argv` and :func:`compare_unit` never raise;
+:func:`running_unit` raises :class:`~vllm_flag_errors.SourceError` only.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from ansible.module_utils.pyrepr import MAX_DEPTH
 from ansible.module_utils.secrets_mask import mask_argv
 from ansible.module_utils.systemd import UnitInfo, unit_info
 from ansible.module_utils.vllm_cmdline import ParsedCmdline, parse_cmdline
@@ -21,27 +25,88 @@ from ansible.module_utils.vllm_flag_errors import CmdlineError, SourceError
 from ansible.module_utils.vllm_help import FlagTable
 
 
+_JSON_SPECIAL = re.compile(r'[\[\]{}"\\]')
+
+
+def _scan_json_words(tokens: list[str], start: int, ends: dict[int, int | None]) -> int:
+    """Where the JSON word that begins at ``tokens[start]`` ends: the token
+    where its outermost bracket closes (strings skipped), or None when it never
+    closes or nests deeper than MAX_DEPTH. Fills ``ends`` for ``start`` and for
+    every later bracket word met outside a string (the same scan answers for
+    them), and returns the characters scanned."""
+    depth = 0
+    in_string = False
+    scanned = 0
+    open_words: list[list[int]] = []    # [token, depth before it, deepest depth inside]
+    for j in range(start, len(tokens)):
+        token = tokens[j]
+        scanned += len(token) + 1
+        if not in_string and token[:1] in "{[" and j not in ends:
+            open_words.append([j, depth, depth])
+        escaped = -1        # a backslash at a token's end escapes the joining space
+        for m in _JSON_SPECIAL.finditer(token):
+            at, c = m.start(), m.group(0)
+            if at == escaped:
+                continue
+            if in_string:
+                if c == "\\":
+                    escaped = at + 1
+                elif c == '"':
+                    in_string = False
+            elif c == '"':
+                in_string = True
+            elif c in "[{":
+                depth += 1
+                if open_words and depth > open_words[-1][2]:
+                    open_words[-1][2] = depth
+            elif c in "]}":
+                depth -= 1
+                if open_words and depth == open_words[-1][1]:
+                    word, before, deepest = open_words.pop()
+                    ends[word] = j if deepest - before <= MAX_DEPTH else None
+                    if not open_words:
+                        return scanned
+                    open_words[-1][2] = max(open_words[-1][2], deepest)
+    for word, _before, _deepest in open_words:
+        ends[word] = None
+    return scanned
+
+
 def _rejoin_json(tokens: list[str]) -> list[str]:
-    """systemd's argv[] is space-joined; glue back JSON words split at spaces."""
+    """systemd's argv[] is space-joined; glue back JSON words split at spaces.
+
+    A word that opens a bracket is glued up to the token where that bracket
+    closes, when the glued text is JSON (no later token could make it JSON).
+    Scanning stops, leaving the rest as split, past eight times the line's
+    length and 64 KiB: only a contrived line of unclosed brackets and escaped
+    quotes gets there."""
     out: list[str] = []
+    ends: dict[int, int | None] = {}
+    budget = 8 * sum(len(t) + 1 for t in tokens) + 65536
     i = 0
     while i < len(tokens):
         token = tokens[i]
         if token[:1] in "{[":
-            for j in range(i, len(tokens)):
-                candidate = " ".join(tokens[i:j + 1])
+            if i not in ends and budget > 0:
+                budget -= _scan_json_words(tokens, i, ends)
+            end = ends.get(i)
+            if end is not None and end > i:
+                candidate = " ".join(tokens[i:end + 1])
                 try:
-                    json.loads(candidate)
-                except ValueError:
-                    continue
-                token, i = candidate, j
-                break
+                    json.loads(candidate)       # the scan kept it within MAX_DEPTH
+                except (ValueError, RecursionError):
+                    pass
+                else:
+                    token, i = candidate, end
         out.append(token)
         i += 1
     return out
 
 
 def split_exec_argv(exec_argv: str) -> list[str]:
+    """The words of systemd's space-joined ``argv[]``, JSON words glued back."""
+    if not isinstance(exec_argv, str):
+        return []
     return _rejoin_json([t for t in exec_argv.split(" ") if t != ""])
 
 
@@ -65,12 +130,31 @@ class Drift:
     details: list[str]
 
 
-def _var_pattern(text: str) -> re.Pattern:
-    """ExecStart words like ${MODEL} or $TP are expanded by systemd at start."""
-    parts = re.split(r"(\$\{\w+\}|\$\w+)", text.replace("$$", "\0"))
-    regex = "".join(".*?" if p.startswith("$") else re.escape(p).replace("\\\0", "\\$")
-                    for p in parts)
-    return re.compile(regex + r"\Z", re.S)
+_VAR_RE = re.compile(r"\$\{\w+\}|\$\w+")
+
+
+def _expands_to(template: str, text: str) -> bool:
+    """Could systemd's expansion of ExecStart words like ${MODEL} or $TP (any
+    text each; ``$$`` is a ``$``) give ``text``? Literal parts are found in
+    order, leftmost first: a regex of one ``.*?`` per variable backtracks
+    exponentially when it does not match."""
+    parts = [""]            # literal texts; a variable between each two
+    for n, chunk in enumerate(template.split("$$")):
+        pieces = _VAR_RE.split(chunk)
+        parts[-1] += ("$" if n else "") + pieces[0]
+        parts.extend(pieces[1:])
+    if len(parts) == 1:
+        return parts[0] == text
+    first, *middle, last = parts
+    if len(text) < len(first) + len(last) or not text.startswith(first) or not text.endswith(last):
+        return False
+    at, end = len(first), len(text) - len(last)
+    for part in middle:
+        found = text.find(part, at, end)
+        if found < 0:
+            return False
+        at = found + len(part)
+    return True
 
 
 def compare_unit(running: ParsedCmdline, unit: UnitInfo, table: FlagTable) -> Drift:
@@ -99,7 +183,7 @@ def compare_unit(running: ParsedCmdline, unit: UnitInfo, table: FlagTable) -> Dr
 
     exact = " ".join(running.args) == " ".join(configured.args)
     if "$" in unit.exec_argv and not exact:
-        exact = bool(_var_pattern(" ".join(configured.args)).match(" ".join(running.args)))
+        exact = _expands_to(" ".join(configured.args), " ".join(running.args))
         if exact:
             return Drift(bool(details), details)
     if exact:

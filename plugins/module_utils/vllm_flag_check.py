@@ -114,7 +114,8 @@ def values_equal(expected: Any, actual: Any) -> bool:
     if isinstance(expected, bool) or isinstance(actual, bool):
         return isinstance(expected, bool) and isinstance(actual, bool) and expected is actual
     if isinstance(expected, (int, float)) and isinstance(actual, (int, float)):
-        return float(expected) == float(actual)
+        # int and float compare exactly in Python, with no overflow for a huge int.
+        return expected == actual
     if isinstance(expected, dict):
         return isinstance(actual, dict) and all(
             k in actual and values_equal(v, actual[k]) for k, v in expected.items())

@@ -9,15 +9,20 @@ value kind, so a command line can be read the way vLLM's
 ``FlexibleArgumentParser`` (an ``argparse`` subclass) reads it.
 :func:`normalise_option` and :func:`is_option` are argparse's own rules for
 option words.
+
+Whatever the text, :func:`parse_help` returns a table or raises
+:class:`~vllm_flag_errors.HelpTextError`; a default or a choices list that is
+no literal (nested deeper than :data:`~pyrepr.MAX_DEPTH`, a bad number or
+escape, digits of another script) stays text.
 """
 from __future__ import annotations
 
-import ast
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible.module_utils.pyrepr import ReprError, parse_repr
+from ansible.module_utils.pyrepr import MAX_NUMBER_CHARS, ReprError, parse_repr
 from ansible.module_utils.vllm_flag_errors import HelpTextError
 
 
@@ -105,32 +110,43 @@ _ENTRY_RE = re.compile(r"^  (-{1,2}[A-Za-z0-9][^\s,]*(?:.*?))(?:\s{2,}(\S.*))?$"
 _POSITIONAL_RE = re.compile(r"^  ([A-Za-z_][\w-]*)(?:\s{2,}(\S.*))?$")
 _JSON_MARK = "Should either be a valid JSON string or JSON keys passed individually"
 _UPPER_METAVAR = re.compile(r"^[A-Z][A-Z0-9_]*$")
+_ASCII_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+# str() of an int or a float, in ASCII digits (int() also reads other scripts' digits)
+_INT_DEFAULT_RE = re.compile(r"[-+]?[0-9]+", re.ASCII)
+_FLOAT_DEFAULT_RE = re.compile(r"[-+]?([0-9]+\.[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?|[-+]?[0-9]+[eE][-+]?[0-9]+",
+                               re.ASCII)
 
 
 def _join_help(lines: list[str]) -> str:
     """Undo argparse's wrapping; a line that ends in 'word-' was split at a hyphen."""
-    out = ""
+    out: list[str] = []
     for raw in lines:
         line = raw.strip()
         if not line:
             continue
-        if not out:
-            out = line
-        elif re.search(r"[A-Za-z]-$", out) and line[:1].isalpha():
-            out += line
+        if out and line[:1].isalpha() and out[-1][-1:] == "-" and out[-1][-2:-1] in _ASCII_LETTERS:
+            out.append(line)
+        elif out:
+            out.append(" " + line)
         else:
-            out += " " + line
-    return out
+            out.append(line)
+    return "".join(out)
 
 
 def _parse_default(text: str) -> Any:
+    """A default as argparse prints it (``str(default)``); text when it is no literal."""
     text = text.strip()
     if text in ("None", "True", "False"):
         return {"None": None, "True": True, "False": False}[text]
-    if re.fullmatch(r"[-+]?\d+", text):
-        return int(text)
-    if re.fullmatch(r"[-+]?(\d+\.\d*|\.\d+)([eE][-+]?\d+)?|[-+]?\d+[eE][-+]?\d+", text):
-        return float(text)
+    if len(text) <= MAX_NUMBER_CHARS:
+        try:
+            if _INT_DEFAULT_RE.fullmatch(text):
+                return int(text)
+            if _FLOAT_DEFAULT_RE.fullmatch(text):
+                value = float(text)
+                return value if math.isfinite(value) else text
+        except ValueError:      # int() below Python's digit limit (PYTHONINTMAXSTRDIGITS)
+            return text
     if text[:1] in "[{(":
         try:
             return parse_repr(text)
@@ -147,9 +163,10 @@ def _parse_metavar(metavar: str) -> tuple[str | None, str]:
         return "*", metavar[1:].split(" ", 1)[0]
     if metavar.startswith("[") and metavar.endswith("]") and not metavar.startswith("['"):
         return "?", metavar[1:-1]
-    m = re.fullmatch(r"(.+?) \[(.+?) \.\.\.\]", metavar)
-    if m and m.group(1) == m.group(2):
-        return "+", m.group(1)
+    # "X [X ...]", found by length: a regex with two lazy groups is quadratic
+    half = (len(metavar) - len(" [ ...]")) // 2
+    if half > 0 and metavar == f"{metavar[:half]} [{metavar[:half]} ...]":
+        return "+", metavar[:half]
     return None, metavar
 
 
@@ -158,8 +175,8 @@ def _parse_choices(metavar: str) -> tuple[str, ...] | None:
         return tuple(c for c in metavar[1:-1].split(","))
     if metavar.startswith("['") and metavar.endswith("]"):
         try:
-            return tuple(str(c) for c in ast.literal_eval(metavar))
-        except (ValueError, SyntaxError):
+            return tuple(str(c) for c in parse_repr(metavar))
+        except ReprError:
             return None
     return None
 
@@ -173,7 +190,7 @@ def _infer_kind(nargs, default, default_known, choices, help_text) -> str:
         return "json"
     if choices:
         real = [c for c in choices if c != "None"]
-        if real and all(re.fullmatch(r"-?\d+", c) for c in real):
+        if real and all(re.fullmatch(r"-?[0-9]+", c) for c in real):
             return "int"
         return "str"
     if "human-readable" in help_text:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from ansible.module_utils.versions import version_from_output
 from ansible.module_utils.vllm_flag_errors import VllmFlagsError
 from ansible.module_utils.vllm_help import FlagTable, parse_help
+from ansible.module_utils.vllm_values import load_json
 
 # Bump when the entry's layout or meaning changes: older files become misses.
 FORMAT = 1
@@ -81,12 +82,14 @@ class CachedHelp:
 
 
 def read_entry(text: str) -> CachedHelp | None:
-    """An entry's JSON as a :class:`CachedHelp`; None for anything else (pure)."""
+    """An entry's JSON as a :class:`CachedHelp`; None for anything else (pure):
+    it never raises, whatever the file holds (cut, corrupt, deep, not text)."""
     try:
-        data = json.loads(text)
+        data = load_json(text)
     except ValueError:
         return None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
+    # type(): a format of true would equal 1
+    if not isinstance(data, dict) or type(data.get("format")) is not int or data["format"] != FORMAT:
         return None
     help_text, version_output = data.get("help"), data.get("version")
     if not isinstance(help_text, str) or not isinstance(version_output, str):
@@ -119,7 +122,7 @@ class HelpCache:
         try:
             with open(self.path(key), encoding="utf-8") as handle:
                 return read_entry(handle.read())
-        except (OSError, UnicodeDecodeError):
+        except (OSError, ValueError):       # ValueError: not UTF-8, or a NUL in the path
             return None
 
     def save(self, key: str, text: str) -> None:
