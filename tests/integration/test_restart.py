@@ -109,6 +109,24 @@ def test_when_degraded_finds_the_slow_down_restarts_and_cures_it_with_planned_fa
     assert again.changed() == {}, "a run with nothing to restart changed something"
 
 
+def test_a_fallback_that_does_not_answer_stops_the_run_before_anything_changes(client, play, tmp_path):
+    """Fault: the consumers' fallback itself down during a planned fallback. Expected: the run
+    fails before the engine is touched, naming the fallback; the consumers stay on the engine,
+    which keeps serving them (0 errors, 0 fallbacks). Runs while the engine is healthy, before the
+    stopped-worker test leaves it broken for the failure test's restart."""
+    since = now_ts()
+    before = (engine_started_at(), endpoint_env())
+    on_host("lab3", f"systemctl stop {FALLBACK_UNIT}")
+    try:
+        r, _ = restart(play, tmp_path, "-e", "restart_policy=always")
+    finally:
+        on_host("lab3", f"systemctl start {FALLBACK_UNIT}")
+    assert r.rc != 0
+    assert said(r, f"Nothing was changed: {FALLBACK_URL} does not answer lab3")
+    assert (engine_started_at(), endpoint_env()) == before
+    back_on_the_engine_with_nothing_lost(since)
+
+
 def test_a_stopped_worker_stops_the_run_before_anything_changes(client, play, tmp_path):
     """5. lab2 powered off: the run names it and touches nothing."""
     before = (engine_started_at(), endpoint_env())
@@ -121,23 +139,6 @@ def test_a_stopped_worker_stops_the_run_before_anything_changes(client, play, tm
     assert said(r, "Nothing was changed: engine host(s) lab2 do not answer")
     assert report is None, "a run stopped by the preflight wrote a report"
     assert (engine_started_at(), endpoint_env()) == before
-
-
-def test_a_fallback_that_does_not_answer_stops_the_run_before_anything_changes(client, play, tmp_path):
-    """Fault: the consumers' fallback itself down during a planned fallback. Expected: the run
-    fails before the engine is touched, naming the fallback; the consumers stay on the engine,
-    which keeps serving them (0 errors, 0 fallbacks)."""
-    since = now_ts()
-    before = (engine_started_at(), endpoint_env())
-    on_host("lab3", f"systemctl stop {FALLBACK_UNIT}")
-    try:
-        r, _ = restart(play, tmp_path, "-e", "restart_policy=always")
-    finally:
-        on_host("lab3", f"systemctl start {FALLBACK_UNIT}")
-    assert r.rc != 0
-    assert said(r, f"Nothing was changed: {FALLBACK_URL} does not answer lab3")
-    assert (engine_started_at(), endpoint_env()) == before
-    back_on_the_engine_with_nothing_lost(since)
 
 
 def test_a_failure_mid_restart_leaves_the_consumers_on_the_fallback_and_a_rerun_converges(client, play, tmp_path):
