@@ -12,6 +12,7 @@ MODELS=$LAB_DIR/model                       # bind-mounted ro at /srv/models (mo
 SSH_DIR=$LAB_DIR/ssh
 SSH_KEY=$SSH_DIR/id_ed25519
 HOSTS_DIR=$LAB_DIR/hosts                    # per host: upper/ work/ merged/ (the overlay)
+TRASH_DIR=$LAB_DIR/trash                    # removed hosts' disks, deleted in the background
 LOG_DIR=$LAB_DIR/logs
 STATE_DIR=$LAB_DIR/state                    # runtime: wrapper pids, active faults (cleared by down)
 STAMP_DIR=$LAB_DIR/stamps

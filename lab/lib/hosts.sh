@@ -217,6 +217,17 @@ stop_nspawn() {
   rm -f "$STATE_DIR/$name.pid"
 }
 
+# Delete the removed hosts' disks in the background (destroy_host moved them
+# to $TRASH_DIR); never below a mount point.
+sweep_trash() {
+  [[ -d $TRASH_DIR ]] && [[ -n "$(ls -A "$TRASH_DIR")" ]] || return 0
+  if findmnt -rn -o TARGET | grep -q "^$TRASH_DIR/"; then
+    warn "mounts remain under $TRASH_DIR; not deleting it (see: findmnt | grep $TRASH_DIR)"
+    return 0
+  fi
+  setsid nice -n 19 rm -rf "$TRASH_DIR" </dev/null >/dev/null 2>&1 &
+}
+
 rm_cgroup_tree() { [[ -d $1 ]] && find "$1" -depth -type d -exec rmdir {} + 2>/dev/null; [[ ! -d $1 ]]; }
 
 destroy_host() {
@@ -239,7 +250,13 @@ destroy_host() {
   if findmnt -rn -o TARGET | grep -q "^$d/"; then
     die "$name: mounts remain under $d; not removing it (see: findmnt | grep $d)"
   fi
-  rm -rf "$d"
+  # The upper dir holds the host's vLLM venv (tens of thousands of files: a
+  # minute or more to delete). It is renamed out of the way at once and deleted
+  # in the background, detached from the caller's output, so a teardown does
+  # not wait for the disk; the next down sweeps what a killed sweep left.
+  local trash
+  trash=$TRASH_DIR/$name.$(now_ms)
+  mkdir -p "$TRASH_DIR" && mv "$d" "$trash" || rm -rf "$d"
   ip netns del "$name" 2>/dev/null
   ip link del "veth-$name" 2>/dev/null
   local h
@@ -283,6 +300,7 @@ cmd_down() {
     rm -f "$STATE_DIR/made-run-netns-dir"
   fi
   rm -rf "$STATE_DIR"
+  sweep_trash
   if ((did)); then
     log "down: lab torn down in $(secs_since "$t0")s (built artefacts kept under $LAB_DIR)"
   else

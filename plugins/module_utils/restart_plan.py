@@ -93,8 +93,9 @@ def _why_restart(policy: str, verdict: str, summary: str) -> t.Tuple[bool, str]:
 
 def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accept_outage: t.Any = False,
          mode: t.Any = "direct", consumer_url: t.Any = "", fallback_url: t.Any = "",
-         gate: t.Optional[t.Mapping] = None, expected_restart_s: t.Any = 120, hold_margin_s: t.Any = 30) -> dict:
-    """The restart plan: {policy, mode, engines, hosts, batches, fed, refused}.
+         gate: t.Optional[t.Mapping] = None, expected_restart_s: t.Any = 120, hold_margin_s: t.Any = 30,
+         consumers_at: t.Any = None) -> dict:
+    """The restart plan: {policy, mode, engines, hosts, batches, fed, back, undrain, left, refused}.
 
     ``consumer_url`` is the OpenAI base URL the consumers use in direct mode
     ('' without consumer hosts); ``gate`` holds the live gate's
@@ -103,6 +104,14 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
     first). ``fed`` is the engine the consumers talk to in direct mode when it
     restarts: it goes last, in its own play, between moving the consumers away
     and back. ``engines`` lists the restarts in order, then the skipped ones.
+
+    What a stopped run (interrupted, killed) left behind is put right here:
+    ``consumers_at`` lists the base URLs the direct-mode consumers recorded;
+    when one is not ``consumer_url`` and its engine does not restart (so it
+    serves: a restart cures every verdict that does not), ``back`` is true
+    (bring them back). ``gate['drained']`` names the engines drained at the
+    gate; those that do not restart are in ``undrain``. ``left`` says, a line each, what was found and what
+    happens to it.
     """
     if policy not in POLICIES:
         raise PlanError("restart_policy must be one of %s, got %r" % (", ".join(POLICIES), policy))
@@ -145,14 +154,51 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
         restarted.append(r["name"])
     batched = [r for r in order if not fed(r)]
     last = next((r for r in order if fed(r)), None)
+    back, undrain, left = _left_behind(rows, mode, consumer_url, consumers_at, gate.get("drained"), fed)
     return {
         "policy": policy, "mode": mode, "accept_outage": accept,
         "engines": order + [r for r in rows if r["action"] == "skip"],
         "hosts": [h for r in batched for h in r["hosts"]],
         "batches": [len(r["hosts"]) for r in batched],
         "fed": None if last is None else {"name": last["name"], "hosts": last["hosts"], "drain": last["drain"]},
+        "back": back, "undrain": undrain, "left": left,
         "refused": refused,
     }
+
+
+def _left_behind(rows: t.List[dict], mode: str, consumer_url: str, consumers_at: t.Any, drained: t.Any,
+                 fed: t.Callable[[dict], bool]) -> t.Tuple[bool, t.List[str], t.List[str]]:
+    """(back, undrain, left): see plan()."""
+    for name, value in (("consumers_at", consumers_at), ("the gate's drained engines", drained)):
+        if value is not None and (not isinstance(value, list) or not all(isinstance(x, str) for x in value)):
+            raise PlanError("%s must be a list of strings, got %r" % (name, value))
+    back, undrain, left = False, [], []
+    away = sorted({u for u in consumers_at or [] if u and not _same_url(u, consumer_url)})
+    if mode == "direct" and consumer_url and away:
+        target = next((r for r in rows if fed(r)), None)
+        where = ", ".join(away)
+        if target is None:
+            left.append("the consumers are on %s, not %s, which is no engine's API: they stay there" % (
+                where, consumer_url))
+        elif target["action"] == "restart":
+            left.append("the consumers are on %s (a run stopped before it brought them back): they come back "
+                        "once %s restarted" % (where, target["name"]))
+        else:  # skipped: it serves (a restart cures every verdict that does not)
+            back = True
+            left.append("the consumers are on %s (a run stopped before it brought them back): they come back to "
+                        "%s, which serves (%s)" % (where, target["name"], target["verdict"]))
+    for name in sorted(set(drained or [])) if mode == "gate" else []:
+        r = next((x for x in rows if x["name"] == name), None)
+        if r is None:
+            left.append("the gate has %s drained, which is no engine of the inventory: it stays drained" % name)
+        elif r["action"] == "restart":
+            left.append("the gate has %s drained (a run stopped before it undrained it): it is undrained once "
+                        "it restarted" % name)
+        else:  # skipped, so it serves
+            undrain.append(name)
+            left.append("the gate has %s drained (a run stopped before it undrained it): it is undrained now, "
+                        "it serves (%s)" % (name, r["verdict"]))
+    return back, undrain, left
 
 
 def _flag(name: str, value: t.Any) -> bool:

@@ -13,7 +13,9 @@ the consumers on it.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -107,6 +109,47 @@ def test_when_degraded_finds_the_slow_down_restarts_and_cures_it_with_planned_fa
     assert report["engines"][0]["outcome"] == "skipped" and report["engines"][0]["verdict"] == "healthy", report
     assert said(again, "skip engine_lab: healthy: nothing to cure")
     assert again.changed() == {}, "a run with nothing to restart changed something"
+
+
+def test_an_interrupted_restart_leaves_the_consumers_served_and_the_next_run_brings_them_back(
+        client, play, tmp_path):
+    """Fault: the controller interrupted (Ctrl-C: SIGINT to ansible-playbook's process group) just
+    after the consumers moved to the fallback. Expected: the run exits non-zero saying it was
+    interrupted; the consumers stay on the fallback, which serves them (0 errors, 0 fallbacks of
+    their own); the next when-degraded run says what the stopped run left and brings them back
+    to the engine (restarting it first if the interrupt caught it stopping)."""
+    since = now_ts()
+    out = tmp_path / "interrupted.log"
+    with out.open("w") as fh:
+        run = subprocess.Popen(
+            [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(LAB_INVENTORY),
+             "playbooks/rolling-restart.yml", "-e", "restart_policy=always",
+             "-e", f"vllm_restart_report_path={tmp_path / 'interrupted.json'}"],
+            cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
+                 "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}"})
+        try:
+            wait_for(lambda: f"OPENAI_BASE_URL={FALLBACK_URL}" in endpoint_env(), 300, "the consumers on the fallback")
+            os.killpg(run.pid, signal.SIGINT)
+            rc = run.wait(timeout=120)
+        finally:
+            if run.poll() is None:
+                os.killpg(run.pid, signal.SIGKILL)
+                run.wait()
+    text = out.read_text()
+    assert rc != 0 and "User interrupted execution" in text, text[-3000:]
+    assert files_holding(tmp_path, secret_values()) == []
+    assert f"OPENAI_BASE_URL={FALLBACK_URL}" in endpoint_env()
+    mark = now_ts()
+    wait_for(lambda: summary(mark)["by_base_url"].get(FALLBACK_URL, {}).get("ok", 0) >= 3, 60,
+             "answers from the fallback after the interrupt")
+
+    r, report = restart(play, tmp_path)
+    assert r.rc == 0, "the run after the interrupt failed"
+    assert said(r, f"Left by a stopped run: the consumers are on {FALLBACK_URL} (a run stopped before it brought"
+                   " them back)")
+    assert report["outcome"] == "succeeded", report
+    back_on_the_engine_with_nothing_lost(since, via=FALLBACK_URL, what="answers from the engine after the rerun")
 
 
 def test_a_fallback_that_does_not_answer_stops_the_run_before_anything_changes(client, play, tmp_path):

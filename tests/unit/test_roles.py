@@ -4,10 +4,12 @@ written once (roles/vllm_fleet_defaults), every play lists that role first,
 and every role with tasks has a molecule scenario that the lab run covers."""
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
 import pytest
+
 import yaml
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
@@ -60,6 +62,15 @@ def test_public_variables_are_prefixed_with_the_role(role: Path):
 SHARED_MOLECULE = ROLES.parent / ".config" / "molecule" / "config.yml"
 
 
+def _sequence(value) -> list:
+    """A test_sequence as written: ${VLLM_FLEET_MOLECULE_SEQUENCE:-[...]}, so
+    that make test can shorten it (tests/integration/test_molecule.py); molecule
+    runs the default alone."""
+    m = re.fullmatch(r"\$\{VLLM_FLEET_MOLECULE_SEQUENCE:-(\[[^}]*\])\}", str(value))
+    assert m, f"a test_sequence must read ${{VLLM_FLEET_MOLECULE_SEQUENCE:-[...]}}, got {value!r}"
+    return yaml.safe_load(m.group(1))
+
+
 @pytest.mark.parametrize("role", LAB_ROLES, ids=lambda p: p.name)
 def test_every_role_has_a_molecule_scenario(role: Path):
     """One scenario per role, with a playbook for every step its sequence
@@ -67,7 +78,7 @@ def test_every_role_has_a_molecule_scenario(role: Path):
     scenario = role / "molecule" / "default"
     config = yaml.safe_load((scenario / "molecule.yml").read_text()) or {}
     shared = yaml.safe_load(SHARED_MOLECULE.read_text())
-    sequence = config.get("scenario", {}).get("test_sequence") or shared["scenario"]["test_sequence"]
+    sequence = _sequence(config.get("scenario", {}).get("test_sequence") or shared["scenario"]["test_sequence"])
     for step in ("converge", "verify"):
         assert step in sequence, f"{role.name}: the scenario never runs {step}"
     for step in ("converge", "verify", "prepare"):

@@ -91,7 +91,8 @@ def test_always_restarts_every_verdict(verdict):
 
 def test_plan_keys():
     p = rp.plan([E1], {"e1": v("healthy")})
-    assert set(p) == {"policy", "mode", "accept_outage", "engines", "hosts", "batches", "fed", "refused"}
+    assert set(p) == {"policy", "mode", "accept_outage", "engines", "hosts", "batches", "fed", "back", "undrain",
+                      "left", "refused"}
     assert set(p["engines"][0]) == {"name", "head", "hosts", "api_url", "verdict", "summary", "serving", "action",
                                     "reason", "drain"}
 
@@ -551,3 +552,61 @@ def test_report_line_no_engines():
 def test_report_line_needs_a_dict(report):
     with pytest.raises(PlanError, match="the report must be"):
         rp.report_line(report)
+
+
+# --- what a stopped run left behind ---------------------------------------------------------------
+# An interrupted or killed run can leave the direct-mode consumers on the
+# fallback (or another engine) and an engine drained at the gate; the next run
+# puts it right once the engine serves, and says what it found.
+
+def test_consumers_left_on_the_fallback_come_back_to_a_healthy_engine_that_does_not_restart():
+    p = rp.plan([E1], {"e1": v("healthy")}, consumer_url=URL1, fallback_url=FALLBACK, consumers_at=[FALLBACK])
+    assert p["back"] is True and p["fed"] is None and p["hosts"] == []
+    assert p["left"] == ["the consumers are on %s (a run stopped before it brought them back): they come back to "
+                         "e1, which serves (healthy)" % FALLBACK]
+
+
+def test_consumers_left_away_come_back_after_their_engine_restarts():
+    p = rp.plan([E1], {"e1": v("down")}, consumer_url=URL1, fallback_url=FALLBACK, consumers_at=[FALLBACK, URL1])
+    assert p["back"] is False and p["fed"]["name"] == "e1"
+    assert p["left"] == ["the consumers are on %s (a run stopped before it brought them back): they come back "
+                         "once e1 restarted" % FALLBACK]
+
+
+def test_consumers_left_away_come_back_to_an_engine_that_serves_but_reads_inconclusive():
+    p = rp.plan([E1], {"e1": v("inconclusive")}, consumer_url=URL1, fallback_url=FALLBACK, consumers_at=[FALLBACK])
+    assert p["back"] is True and p["fed"] is None
+
+
+@pytest.mark.parametrize("at", [None, [], [URL1], [URL1 + "/"], [""]])
+def test_consumers_where_they_belong_leave_nothing_to_do(at):
+    p = rp.plan([E1], {"e1": v("healthy")}, consumer_url=URL1, consumers_at=at)
+    assert (p["back"], p["undrain"], p["left"]) == (False, [], [])
+
+
+def test_consumers_away_in_gate_mode_are_not_moved():
+    p = rp.plan([E1], {"e1": v("healthy")}, mode="gate", consumer_url=URL1, consumers_at=[FALLBACK])
+    assert (p["back"], p["left"]) == (False, [])
+
+
+def test_an_engine_left_drained_at_the_gate_is_undrained_when_it_serves_and_does_not_restart():
+    p = rp.plan([E1, E2, E3], {"e1": v("healthy"), "e2": v("down"), "e3": v("prefill-degraded")}, mode="gate",
+                gate={"drained": ["e1", "e2", "e3", "gone"]})
+    assert p["undrain"] == ["e1"]
+    assert p["left"] == [
+        "the gate has e1 drained (a run stopped before it undrained it): it is undrained now, it serves (healthy)",
+        "the gate has e2 drained (a run stopped before it undrained it): it is undrained once it restarted",
+        "the gate has e3 drained (a run stopped before it undrained it): it is undrained once it restarted",
+        "the gate has gone drained, which is no engine of the inventory: it stays drained",
+    ]
+
+
+def test_always_restarts_a_drained_engine_instead_of_undraining_it():
+    p = rp.plan([E1], {"e1": v("kv-bound")}, policy="always", mode="gate", gate={"drained": ["e1"]})
+    assert p["undrain"] == [] and p["hosts"] == ["h1", "h2"]
+
+
+@pytest.mark.parametrize("bad", [{"consumers_at": "http://x"}, {"consumers_at": [1]}, {"gate": {"drained": "e1"}}])
+def test_left_behind_inputs_must_be_lists_of_strings(bad):
+    with pytest.raises(PlanError, match="must be a list of strings"):
+        rp.plan([E1], {"e1": v("healthy")}, consumer_url=URL1, **bad)
