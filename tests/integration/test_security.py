@@ -14,6 +14,7 @@ Only the three files meant to hold a key may, and only at their modes.
 from __future__ import annotations
 
 import shlex
+import subprocess
 
 from labtools import REPO, RUNNER_DIRS, files_holding, on_host, secret_values
 
@@ -67,3 +68,33 @@ def test_the_engine_and_the_gate_listen_only_where_the_inventory_says():
             on_port = {s for s in seen if s.rsplit(":", 1)[1] == port}
             assert on_port <= allowed, f"{host} listens on {sorted(on_port)}; only {sorted(allowed)} may"
     assert "10.200.0.11:8000" in listeners("lab1"), "the engine's API is not listening on the head's address"
+
+
+def connects(source: str, address: str, port: int) -> bool:
+    """Whether a new TCP connection from ``source`` (a lab host, or the controller) to
+    address:port is accepted. A reset or no listener reads false, at once."""
+    probe = f"timeout 5 bash -c '</dev/tcp/{address}/{port}' 2>/dev/null && echo open || echo closed"
+    if source == "controller":
+        out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=30).stdout
+    else:
+        out = on_host(source, probe)
+    return out.strip().endswith("open")
+
+
+def test_only_the_engines_hosts_reach_rays_ports():
+    """ray_cluster's firewall (its own nftables table, docs/ports-and-secrets.md): Ray's GCS and
+    the raylet's ports on the head take connections from the engine's other host (lab2) and
+    refuse the consumer host (lab3) and the controller; vLLM's API and ssh stay open to all."""
+    head = "10.200.0.11"
+    raylet = sorted({line.split()[3].rpartition(":")[2] for line in on_host("lab1", "ss -Hltnp").splitlines()
+                     if '"raylet"' in line and line.split()[3].startswith("*:")})
+    assert raylet, "no raylet port listens on every address of lab1"
+    for port in [6379, int(raylet[0])]:
+        assert connects("lab2", head, port), f"lab2, the engine's other host, cannot reach {head}:{port}"
+        assert not connects("lab3", head, port), f"lab3 reaches Ray's {head}:{port}"
+        assert not connects("controller", head, port), f"the controller reaches Ray's {head}:{port}"
+    for source in ("lab3", "controller"):
+        assert connects(source, head, 8000), f"{source} cannot reach vLLM's API"
+        assert connects(source, head, 22), f"{source} cannot reach ssh"
+    rules = on_host("lab1", "nft list table inet vllm_fleet_ray")
+    assert "10.200.0.11, 10.200.0.12" in rules and "reject with tcp reset" in rules, rules

@@ -242,6 +242,14 @@ def _ray_cluster_info(run_module, tmp_path, monkeypatch):
     return run_module(t.module, t.args(python, expect_ips=t.LAB_IPS, expect_gpus=2))
 
 
+def _ray_firewall_info(run_module, tmp_path, monkeypatch):
+    import test_ray_firewall_info as t
+
+    (tmp_path / "range").write_text("32768\t60999\n")
+    monkeypatch.setattr(t.module, "RANGE_FILE", str(tmp_path / "range"))
+    return run_module(t.module, t.args(peers=t.PEERS + ["fd00::1"]))
+
+
 def _vllm_flags_info(run_module, tmp_path, monkeypatch):
     import test_vllm_flags_info as t
 
@@ -284,6 +292,7 @@ def _vllm_prefill_probe(run_module, tmp_path, monkeypatch):
 RUNS = {
     "gpu_preflight_info": _gpu_preflight_info,
     "ray_cluster_info": _ray_cluster_info,
+    "ray_firewall_info": _ray_firewall_info,
     "vllm_flags_info": _vllm_flags_info,
     "vllm_health_info": _vllm_health_info,
     "vllm_kv_cache_info": _vllm_kv_cache_info,
