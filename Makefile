@@ -86,6 +86,7 @@ demo: $(STAMP) lab-deps lab-up ## Build the lab, run site.yml on it, print the r
 
 bench: $(STAMP) ## Benchmarks (not part of test); see docs/benchmarks.md
 	$(BIN)/python bench/kv_cache_parse.py
+	$(BIN)/python bench/hostile_parse.py
 	$(BIN)/python bench/gate_overhead.py
 
 clean: ## Remove the venv and caches
