@@ -236,7 +236,9 @@ rm_cgroup_tree() { [[ -d $1 ]] && find "$1" -depth -type d -exec rmdir {} + 2>/d
 destroy_host() {
   local name=$1 d=$HOSTS_DIR/$1 t0 t1 i
   t0=$(now_ms)
-  stop_nspawn "$name" clean
+  # Hard: the disk is thrown away below, so a clean halt (waiting out vLLM's and
+  # Ray's stop timeouts, up to a minute) would buy nothing.
+  stop_nspawn "$name" hard
   t1=$(now_ms)
   fault_clear_host "$name"
   if mountpoint -q "$d/merged" 2>/dev/null; then

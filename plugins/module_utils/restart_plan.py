@@ -94,7 +94,7 @@ def _why_restart(policy: str, verdict: str, summary: str) -> t.Tuple[bool, str]:
 def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accept_outage: t.Any = False,
          mode: t.Any = "direct", consumer_url: t.Any = "", fallback_url: t.Any = "",
          gate: t.Optional[t.Mapping] = None, expected_restart_s: t.Any = 120, hold_margin_s: t.Any = 30,
-         consumers_at: t.Any = None) -> dict:
+         consumers_at: t.Any = None, only: t.Any = None) -> dict:
     """The restart plan: {policy, mode, engines, hosts, batches, fed, back, undrain, left, refused}.
 
     ``consumer_url`` is the OpenAI base URL the consumers use in direct mode
@@ -104,6 +104,9 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
     first). ``fed`` is the engine the consumers talk to in direct mode when it
     restarts: it goes last, in its own play, between moving the consumers away
     and back. ``engines`` lists the restarts in order, then the skipped ones.
+
+    ``only`` (restart_engines) names the engines this run may restart; the
+    others are skipped, whatever they read. Empty or None: every engine.
 
     What a stopped run (interrupted, killed) left behind is put right here:
     ``consumers_at`` lists the base URLs the direct-mode consumers recorded;
@@ -129,11 +132,14 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
     limits = [x for x in (_optional_limit("the gate's queue timeout", gate.get("queue_timeout_s")),
                           _optional_limit("the gate's longest hold", gate.get("max_hold_s"))) if x is not None]
     records = _engines(engines)
+    named = _only(only, [e["name"] for e in records])
 
     rows = []
     for e in records:
         v = _verdict(verdicts, e["name"])
         restart, reason = _why_restart(policy, v["verdict"], str(v.get("summary") or ""))
+        if named and e["name"] not in named:
+            restart, reason = False, "not named in restart_engines"
         rows.append({"name": e["name"], "head": e.get("head", e["hosts"][0]), "hosts": list(e["hosts"]),
                      "api_url": str(e.get("api_url", "")), "verdict": v["verdict"],
                      "summary": v.get("summary", ""), "serving": v["verdict"] not in NOT_SERVING,
@@ -199,6 +205,21 @@ def _left_behind(rows: t.List[dict], mode: str, consumer_url: str, consumers_at:
             left.append("the gate has %s drained (a run stopped before it undrained it): it is undrained now, "
                         "it serves (%s)" % (name, r["verdict"]))
     return back, undrain, left
+
+
+def _only(only: t.Any, names: t.List[str]) -> t.List[str]:
+    """restart_engines as a list of engine names (a comma-separated string from -e too)."""
+    if only is None or only == "" or only == []:
+        return []
+    if isinstance(only, str):
+        only = [x.strip() for x in only.split(",") if x.strip()]
+    if not isinstance(only, list) or not all(isinstance(x, str) for x in only):
+        raise PlanError("restart_engines must be a list of engine names, got %r" % (only,))
+    unknown = [x for x in only if x not in names]
+    if unknown:
+        raise PlanError("restart_engines names %s, which the inventory does not define (its engines: %s)"
+                        % (", ".join(unknown), ", ".join(names)))
+    return only
 
 
 def _flag(name: str, value: t.Any) -> bool:

@@ -40,9 +40,10 @@ ROLES_IN_ORDER = [
 ]
 
 
-# Applied by site.yml in the lab's direct mode (engine.yml, consumers.yml, report.yml).
-SITE_ROLES = {"gpu_preflight", "vllm_install", "ray_cluster", "vllm_server", "vllm_verify",
-              "serving_endpoint", "fleet_report"}
+# Applied by site.yml's engine.yml exactly as their converge.yml applies them (the
+# serving_endpoint and fleet_report scenarios converge more than site.yml does: an
+# operator's consumer file, a report of their own, which their verify reads).
+SITE_ROLES = {"gpu_preflight", "vllm_install", "ray_cluster", "vllm_server", "vllm_verify"}
 SITE_ROLE_SEQUENCE = "[create, verify, destroy]"
 
 

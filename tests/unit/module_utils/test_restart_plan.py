@@ -610,3 +610,31 @@ def test_always_restarts_a_drained_engine_instead_of_undraining_it():
 def test_left_behind_inputs_must_be_lists_of_strings(bad):
     with pytest.raises(PlanError, match="must be a list of strings"):
         rp.plan([E1], {"e1": v("healthy")}, consumer_url=URL1, **bad)
+
+
+# --- restart_engines -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("only", [["e2"], "e2", " e2 ,"])
+def test_restart_engines_restarts_only_those_named(only):
+    p = rp.plan([E1, E2], {"e1": v("healthy"), "e2": v("healthy")}, policy="always", mode="gate", only=only)
+    rows = by_name(p)
+    assert rows["e2"]["action"] == "restart" and rows["e2"]["drain"]["kind"] == "gate-drain"
+    assert rows["e1"]["action"] == "skip" and rows["e1"]["reason"] == "not named in restart_engines"
+    assert p["hosts"] == ["h3"]
+
+
+@pytest.mark.parametrize("only", [None, "", []])
+def test_restart_engines_empty_is_every_engine(only):
+    p = rp.plan([E1, E2], {"e1": v("healthy"), "e2": v("healthy")}, policy="always", only=only)
+    assert [e["action"] for e in p["engines"]] == ["restart", "restart"]
+
+
+@pytest.mark.parametrize("only, message", [
+    (["e9"], "restart_engines names e9, which the inventory does not define (its engines: e1, e2)"),
+    ([1], "restart_engines must be a list of engine names"),
+    ({"e1": 1}, "restart_engines must be a list of engine names"),
+])
+def test_restart_engines_refuses_what_is_not_an_engine(only, message):
+    with pytest.raises(PlanError) as exc:
+        rp.plan([E1, E2], {"e1": v("healthy"), "e2": v("healthy")}, only=only)
+    assert message in str(exc.value)
