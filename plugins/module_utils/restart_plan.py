@@ -113,8 +113,8 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
     when one is not ``consumer_url`` and its engine does not restart (so it
     serves: a restart cures every verdict that does not), ``back`` is true
     (bring them back). ``gate['drained']`` names the engines drained at the
-    gate; those that do not restart are in ``undrain``. ``left`` says, a line each, what was found and what
-    happens to it.
+    gate; those that do not restart are in ``undrain``. ``left`` says, a line
+    each, what was found and what happens to it.
     """
     if policy not in POLICIES:
         raise PlanError("restart_policy must be one of %s, got %r" % (", ".join(POLICIES), policy))
