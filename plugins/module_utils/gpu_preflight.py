@@ -65,6 +65,9 @@ class Check:
 
 
 def _gib(num_bytes: float) -> str:
+    """GiB to one decimal; under 0.1 GiB in MiB, so a small disk does not read as empty."""
+    if 0 < num_bytes < GIB / 10:
+        return f"{num_bytes / 1024 ** 2:.1f} MiB"
     return f"{num_bytes / GIB:.1f} GiB"
 
 

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -99,6 +100,32 @@ def run_playbook(playbook: str, *args: str, extravars: dict | None = None, timeo
     stdout = r.stdout.read()
     print(stdout[-20000:])
     return PlayResult(rc=r.rc, stats=r.stats or {}, stdout=stdout)
+
+
+def start_playbook(playbook: str, *args: str, out: Path, inventory: Path = LAB_INVENTORY) -> subprocess.Popen:
+    """Start ansible-playbook in the background as an operator's shell would, its output
+    to ``out``, in a session of its own: ``interrupt`` then sends SIGINT to its process
+    group, as Ctrl-C does."""
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
+           "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}"}
+    with out.open("w") as fh:
+        return subprocess.Popen([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), playbook, *args],
+                                cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+
+
+def interrupt(run: subprocess.Popen) -> None:
+    """Ctrl-C: SIGINT to the playbook's whole process group."""
+    os.killpg(run.pid, signal.SIGINT)
+
+
+def finish(run: subprocess.Popen, timeout: float = 900) -> int:
+    """Wait for a started playbook and return its exit status; past ``timeout`` kill its
+    process group and return -9 (the test then fails on the status and the output)."""
+    try:
+        return run.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(run.pid, signal.SIGKILL)
+        return run.wait()
 
 
 def said(result: PlayResult, text: str) -> bool:

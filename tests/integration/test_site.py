@@ -13,7 +13,7 @@ import pytest
 
 pytestmark = pytest.mark.lab
 
-from labtools import REPO, lab_args, lab_sh, on_host
+from labtools import REPO, lab_args, lab_sh, on_host, said
 
 REPORT = REPO / "reports" / "site-report.json"
 def invocation(host: str, unit: str) -> str:
@@ -109,6 +109,34 @@ def test_bad_input_fails_clearly_before_any_host_changes(play, extravars, messag
     assert message in r.stdout
     assert r.changed() == {}, f"bad input changed {r.changed()}"
     assert invocation("lab1", "vllm.service") == head_before
+
+
+def test_a_full_disk_while_staging_is_refused_first_and_fails_the_copy_without_touching_the_engine(play):
+    """Fault: the engine host's staging disk too small for the model (a 2 MiB tmpfs at /srv/stage
+    on lab1; the lab's tiny model is 4.5 MB), staged from the controller. Expected: with the
+    model's size given (gpu_preflight_min_disk_gib) the preflight refuses before any host changes,
+    naming the path and the figures; with an under-estimate the copy itself runs out of space and
+    the play fails there, before any restart: the running engine is untouched."""
+    stage = {"vllm_install_model_source": f"controller:{REPO / 'lab' / 'work' / 'model' / 'tiny'}",
+             "vllm_install_model_dir": "/srv/stage/tiny"}
+    head_before = invocation("lab1", "vllm.service")
+    assert on_host("lab1", "mkdir -p /srv/stage && mount -t tmpfs -o size=2m,mode=0755 tmpfs /srv/stage"
+                           " && echo ok").strip() == "ok"
+    try:
+        r = play("site.yml", extravars=dict(stage, gpu_preflight_min_disk_gib=0.005))
+        assert r.rc != 0
+        assert said(r, "/srv/stage/tiny (not there yet: measured on /srv/stage)")
+        assert said(r, "2.0 MiB free + 0.0 GiB already staged = 2.0 MiB, 0.005 GiB required")
+        assert r.changed() == {}, f"a refused run changed {r.changed()}"
+
+        r = play("site.yml", extravars=dict(stage, gpu_preflight_min_disk_gib=0.0001))
+        assert r.rc != 0
+        assert said(r, "No space left on device")
+        assert "RUNNING HANDLER" not in r.stdout
+    finally:
+        on_host("lab1", "umount /srv/stage; rmdir /srv/stage")
+    assert invocation("lab1", "vllm.service") == head_before, "a failed staging restarted the engine"
+    assert on_host("lab1", "systemctl is-active vllm.service").strip() == "active"
 
 
 def test_verify_refuses_a_context_the_engine_does_not_serve(play):

@@ -342,6 +342,10 @@ def test_no_ports_no_check():
         # a re-run: the staged model itself fills the disk
         ("/srv/models/model", "/srv/models/model", 20 * GIB, 90 * GIB, 100, True,
          "/srv/models/model: 20.0 GiB free + 90.0 GiB already staged = 110.0 GiB, 100 GiB required"),
+        # a small disk in MiB, not "0.0 GiB" (the lab's 2 MiB staging tmpfs)
+        ("/srv/stage/tiny", "/srv/stage", 2 * 1024 ** 2, 0, 0.005, False,
+         "/srv/stage/tiny (not there yet: measured on /srv/stage): 2.0 MiB free + 0.0 GiB already staged = 2.0 MiB, "
+         "0.005 GiB required"),
     ],
 )
 def test_check_disk(path, measured, free, staged, need, ok, detail):
