@@ -35,6 +35,7 @@ usage: lab/lab.sh COMMAND [ARGS]
       host-stop HOST [--graceful]  power the host off (default: abrupt), disk kept
       host-start HOST
       kill-gate HOST [UNIT]        kill -9 the gate's main process (UNIT default $LAB_GATE_UNIT)
+      kill-ray-worker HOST         kill -9 the engine's Ray worker processes on HOST (undo: restart the engine)
 
 Environment: LAB_DIR (default lab/work), LAB_PYTHON (3.11, default python3), LAB_DEBIAN_MIRROR
 (default: read from this machine's apt sources), LAB_UP_TIMEOUT, LAB_STOP_TIMEOUT.

@@ -75,6 +75,10 @@ message:
   description: What is missing, or a one-line summary of the cluster.
   returned: always
   type: str
+msg:
+  description: The same as RV(message) when RV(ok) is false, so a C(until) loop that runs out of retries says why.
+  returned: when RV(ok) is false
+  type: str
 nodes:
   description: Every node Ray knows, alive or dead.
   returned: success
@@ -135,20 +139,17 @@ def main():
         tail = " | ".join([ln.strip() for ln in (err or out).splitlines() if ln.strip()][-3:]).rstrip(".")
         why = f"no answer within {p['timeout']} s" if rc == 124 else f"rc={rc}"
         # Not a failure: the head may still be starting; an until loop retries.
-        module.exit_json(
-            changed=False,
-            ok=False,
-            message=(
-                f"cannot reach the Ray cluster at {p['address']} ({why}): {tail or 'no output'}. "
-                "Check that the head's Ray unit is active and the address is the head's Ray node IP."
-            ),
-        )
+        message = (f"cannot reach the Ray cluster at {p['address']} ({why}): {tail or 'no output'}. "
+                   "Check that the head's Ray unit is active and the address is the head's Ray node IP.")
+        module.exit_json(changed=False, ok=False, message=message, msg=message)
     try:
         cluster = parse_probe_output(out)
     except RayProbeError as exc:
         fail(f"{exc}; output was: {out[-500:].strip() or '(nothing)'}")
     ok, message = verdict(cluster, p["expect_ips"], p["expect_gpus"])
-    module.exit_json(changed=False, ok=ok, message=message, **cluster.as_dict())
+    # Not ok is not a failure (an until loop retries), but msg says why when
+    # the retries run out: Ansible reports "Unknown error" otherwise.
+    module.exit_json(changed=False, ok=ok, message=message, **({} if ok else {"msg": message}), **cluster.as_dict())
 
 
 if __name__ == "__main__":

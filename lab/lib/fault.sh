@@ -7,6 +7,7 @@
 # processes of that host's cgroup tree only.
 LAB_ENGINE_CORE_RE=${LAB_ENGINE_CORE_RE:-'^VLLM::EngineCore'}
 LAB_ENGINE_PROC_RE=${LAB_ENGINE_PROC_RE:-'^(VLLM::EngineCore|VLLM::Worker|ray::RayWorkerProc)'}
+LAB_RAY_WORKER_RE=${LAB_RAY_WORKER_RE:-'^ray::RayWorkerProc'}
 LAB_GATE_UNIT=${LAB_GATE_UNIT:-vllm-fleet-gate.service}
 CPU_CG=/sys/fs/cgroup/cpu
 
@@ -203,6 +204,23 @@ fault_clear_host() {
   fault_slow_prefill_off "$1" quiet
 }
 
+# ---- kill-ray-worker: kill -9 the engine's Ray worker processes on a host -------------------------
+# A crash of the TP rank that runs on a worker host (RayWorkerProc, vLLM's Ray V2 actor): the head
+# sees it at once (vllm-ray-cpu.md: "RayWorkerProc rank=[1] died unexpectedly"). Nothing restarts it;
+# the undo is a restart of the whole engine (rolling-restart.yml or site.yml).
+fault_kill_ray_worker() {
+  local name=${1:-}
+  [[ -n $name ]] || die "usage: lab.sh fault kill-ray-worker HOST"
+  need_running_host "$name"
+  local pids
+  mapfile -t pids < <(host_procs_matching "$name" "$LAB_RAY_WORKER_RE")
+  ((${#pids[@]})) || die "no Ray worker process on $name (is the engine running there over Ray? lab/lab.sh ssh $name systemctl status vllm ray)"
+  local what
+  what=$(describe_pids "${pids[@]}")
+  kill -KILL "${pids[@]}"
+  log "fault kill-ray-worker $name: kill -9 $what; undo: restart the engine (playbooks/rolling-restart.yml)"
+}
+
 cmd_fault() {
   local knob=${1:-}
   shift || true
@@ -215,6 +233,7 @@ cmd_fault() {
   host-stop) fault_host_stop "$@" ;;
   host-start) fault_host_start "$@" ;;
   kill-gate) fault_kill_gate "$@" ;;
-  *) die "usage: lab.sh fault {slow-prefill HOST [QUOTA%] | slow-prefill-off HOST | wedge HOST | unwedge HOST | host-stop HOST [--graceful] | host-start HOST | kill-gate HOST [UNIT]}" ;;
+  kill-ray-worker) fault_kill_ray_worker "$@" ;;
+  *) die "usage: lab.sh fault {slow-prefill HOST [QUOTA%] | slow-prefill-off HOST | wedge HOST | unwedge HOST | host-stop HOST [--graceful] | host-start HOST | kill-gate HOST [UNIT] | kill-ray-worker HOST}" ;;
   esac
 }

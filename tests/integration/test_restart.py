@@ -1,14 +1,16 @@
 """playbooks/rolling-restart.yml on the lab, under the load of the lab's
 multi-session client (lab/consumer): the cure for the prefill slow-down,
 with the consumers on the lab's fallback model while the only engine restarts
-(direct mode, vllm_fleet_fallback_url named), a worker host down, a failure
-mid-restart, gate mode's hold, the cron entry's exact command line, and two
+(direct mode, vllm_fleet_fallback_url named), the controller interrupted, the
+fallback down, a Ray worker crash while serving, a worker host down before and
+during a restart, a failure mid-restart, gate mode's hold, the cron entry's exact command line, and two
 one-host engines restarted one after the other in direct mode (repointed)
 and in gate mode (drained at the gate).
 
 Runs after the molecule scenarios and before test_diagnose.py, on the lab
 engine as the inventory defines it. Each test leaves the engine healthy and
-the consumers on it.
+the consumers on it, except the lost worker's, which leaves both to the
+failure test after it.
 """
 from __future__ import annotations
 
@@ -17,11 +19,13 @@ import os
 import re
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from labtools import LAB_INVENTORY, REPO, files_holding, lab_sh, on_host, said, secret_values, stop_engines
+from labtools import (LAB_INVENTORY, REPO, files_holding, finish, interrupt, lab_sh, on_host, said, secret_values,
+                      start_playbook, stop_engines)
 from test_serving_modes import CLIENT, endpoint_env, now_ts, summary, wait_for
 
 pytestmark = pytest.mark.lab
@@ -120,22 +124,13 @@ def test_an_interrupted_restart_leaves_the_consumers_served_and_the_next_run_bri
     to the engine (restarting it first if the interrupt caught it stopping)."""
     since = now_ts()
     out = tmp_path / "interrupted.log"
-    with out.open("w") as fh:
-        run = subprocess.Popen(
-            [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(LAB_INVENTORY),
-             "playbooks/rolling-restart.yml", "-e", "restart_policy=always",
-             "-e", f"vllm_restart_report_path={tmp_path / 'interrupted.json'}"],
-            cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
-                 "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}"})
-        try:
-            wait_for(lambda: f"OPENAI_BASE_URL={FALLBACK_URL}" in endpoint_env(), 300, "the consumers on the fallback")
-            os.killpg(run.pid, signal.SIGINT)
-            rc = run.wait(timeout=120)
-        finally:
-            if run.poll() is None:
-                os.killpg(run.pid, signal.SIGKILL)
-                run.wait()
+    run = start_playbook("playbooks/rolling-restart.yml", "-e", "restart_policy=always",
+                         "-e", f"vllm_restart_report_path={tmp_path / 'interrupted.json'}", out=out)
+    try:
+        wait_for(lambda: f"OPENAI_BASE_URL={FALLBACK_URL}" in endpoint_env(), 300, "the consumers on the fallback")
+        interrupt(run)
+    finally:
+        rc = finish(run, timeout=120)
     text = out.read_text()
     assert rc != 0 and "User interrupted execution" in text, text[-3000:]
     assert files_holding(tmp_path, secret_values()) == []
@@ -170,6 +165,35 @@ def test_a_fallback_that_does_not_answer_stops_the_run_before_anything_changes(c
     back_on_the_engine_with_nothing_lost(since)
 
 
+def test_a_ray_worker_crash_while_serving_reads_down_and_the_next_restart_recovers_the_group(
+        client, play, tmp_path):
+    """Fault: the engine's Ray worker on lab2 (RayWorkerProc, TP rank 1) killed while the sessions
+    run (`lab/lab.sh fault kill-ray-worker lab2`). Expected: the head sees it at once and /health
+    turns 503 (VLLM_KEEP_ALIVE_ON_ENGINE_DEATH keeps the API up, so the unit stays active); the
+    application's requests fall back on their own (the outage as it sees it) and none is lost; the
+    next when-degraded restart reads the engine down, restarts the whole group with the consumers on
+    the fallback, and brings them back."""
+    since = now_ts()
+    lab_sh("fault", "kill-ray-worker", "lab2")
+    wait_for(lambda: summary(since)["outcomes"].get("fallback", 0) >= 1, 60, "the application's own fallbacks")
+    assert on_host("lab1", "systemctl is-active vllm.service").strip() == "active"
+    r, report = restart(play, tmp_path)
+    assert r.rc == 0, "the restart after the crash failed"
+    (engine,) = report["engines"]
+    assert engine["outcome"] == "restarted" and engine["verdict"] == "down", engine
+    assert said(r, "1. restart engine_lab (lab1, lab2): down")
+    mark = now_ts()
+    wait_for(lambda: summary(mark)["by_base_url"].get(ENGINE_URL, {}).get("ok", 0) >= 3, 60,
+             "answers from the restarted engine")
+    s = summary(since)
+    print(f"fault kill-ray-worker: {s['outcomes'].get('error', 0)} failed,"
+          f" {s['outcomes'].get('fallback', 0)} fell back (the application's own),"
+          f" outage as the application saw it {s['longest_fallback_run_s']} s; restart downtime"
+          f" {engine['downtime_s']} s")
+    assert s["outcomes"].get("error", 0) == 0, s
+    assert f"OPENAI_BASE_URL={ENGINE_URL}" in endpoint_env()
+
+
 def test_a_stopped_worker_stops_the_run_before_anything_changes(client, play, tmp_path):
     """5. lab2 powered off: the run names it and touches nothing."""
     before = (engine_started_at(), endpoint_env())
@@ -184,12 +208,48 @@ def test_a_stopped_worker_stops_the_run_before_anything_changes(client, play, tm
     assert (engine_started_at(), endpoint_env()) == before
 
 
+def test_a_worker_lost_mid_restart_fails_the_run_naming_it_and_the_consumers_stay_on_the_fallback(
+        client, play, tmp_path):
+    """Fault: lab2 powered off in the middle of a rolling restart, just after the consumers moved
+    to the fallback. Expected: the run fails and names lab2; the consumers stay on the fallback,
+    which serves them (0 errors, 0 fallbacks of their own); nothing brings them back to the broken
+    engine. The failure test below restarts the engine with lab2 back, and its rerun converges.
+    (The test above left the engine broken: lab2's power-off took its TP group down, which the
+    application saw as fallbacks of its own until this run moved it; they are counted from the
+    move on.)"""
+    out = tmp_path / "lost.log"
+    run = start_playbook("playbooks/rolling-restart.yml", "-e", "restart_policy=always",
+                         "-e", f"vllm_restart_report_path={tmp_path / 'lost.json'}", out=out)
+    try:
+        wait_for(lambda: f"OPENAI_BASE_URL={FALLBACK_URL}" in endpoint_env(), 300, "the consumers on the fallback")
+        since = now_ts()
+        lab_sh("fault", "host-stop", "lab2")
+        lost_at = time.monotonic()
+        rc = finish(run, timeout=600)
+        failed_after_s = time.monotonic() - lost_at
+    finally:
+        finish(run, timeout=0)
+        lab_sh("fault", "host-start", "lab2")
+    text = out.read_text()
+    print(text[-6000:])
+    print(f"fault host-stop lab2 mid-restart: the run failed {failed_after_s:.0f} s after the loss")
+    assert rc != 0
+    assert "host(s) lab2 stopped answering during this run" in " ".join(text.split()), text[-3000:]
+    report = json.loads((tmp_path / "lost.json").read_text())
+    assert report["outcome"] == "failed" and report["engines"][0]["outcome"] == "failed", report
+    assert f"OPENAI_BASE_URL={FALLBACK_URL}" in endpoint_env()
+    mark = now_ts()
+    wait_for(lambda: summary(mark)["by_base_url"].get(FALLBACK_URL, {}).get("ok", 0) >= 3, 60,
+             "answers from the fallback after the loss")
+    s = summary(since)
+    assert s["outcomes"].get("error", 0) == 0 and s["outcomes"].get("fallback", 0) == 0, s
+
+
 def test_a_failure_mid_restart_leaves_the_consumers_on_the_fallback_and_a_rerun_converges(client, play, tmp_path):
     """6. `vllm` made unexecutable on the head (a broken upgrade; the lab's model is on a
     read-only mount): the run fails naming the step after Ray restarted, the consumers stay on
     the fallback with zero errors, and a rerun after the fix converges. (The engine is already
-    broken here: the stopped worker of the test above took its TP group down, which the
-    application saw as fallbacks of its own until this run moved it.)"""
+    broken here and the consumers on the fallback: the test above lost lab2 mid-restart.)"""
     assert on_host("lab1", f"chmod a-x {VLLM_BIN} && test ! -x {VLLM_BIN} && echo ok").strip() == "ok"
     try:
         r, report = restart(play, tmp_path, "-e", "restart_policy=always")

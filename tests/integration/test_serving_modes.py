@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from labtools import lab_sh
+from labtools import finish, interrupt, lab_sh, start_playbook
 from openai_suite import run_suite
 
 pytestmark = pytest.mark.lab
@@ -137,8 +137,54 @@ def test_a_cutover_with_a_wedged_engine_leaves_the_consumers_where_they_were(cli
     assert on_host("lab3", "systemctl is-active vllm-fleet-gate.service").strip() != "active"
 
 
-def test_a_killed_gate_comes_back_and_the_fallbacks_show_the_outage(client, play):
-    assert play("playbooks/gate-cutover.yml", "-e", "vllm_fleet_confirm=gate").rc == 0
+def mode_record() -> dict:
+    """The serving mode recorded on the consumer host (its local fact)."""
+    return json.loads(on_host("lab3", "cat /etc/ansible/facts.d/vllm_fleet.fact"))
+
+
+def the_consumers_are_served_where_their_record_says(mode: str) -> None:
+    """Every consumer's endpoint file and mode record say ``mode``, and what they point at answers."""
+    base_url, _, _ = consumer_endpoint()
+    assert f"VLLM_FLEET_MODE={mode}" in endpoint_env()
+    assert mode_record() == {"mode": mode, "base_url": base_url}, mode_record()
+    mark = now_ts()
+    wait_for(lambda: summary(mark)["by_mode"].get(mode, {}).get("ok", 0) >= 3, 60, f"answers in {mode} mode")
+
+
+def test_the_gate_killed_during_a_cutover_then_while_serving_then_the_controller_interrupted(client, play, tmp_path):
+    """Three faults in the cutovers' own order, under load.
+
+    1. The gate killed (kill -9) as the cutover toward gate mode sends its canary through it.
+       Expected: no consumer is left on a path that does not answer: either the canary fails, the
+       gate is archived again and the run fails saying no consumer moved, or systemd restarted the
+       gate in time and the cutover completes. Either way the endpoint files, the mode record and
+       what answers agree.
+    2. The gate killed while serving: systemd restarts it at once; the application's fallbacks
+       measure the outage.
+    3. The controller interrupted (Ctrl-C) in the cutover back to direct mode, just after the
+       consumers moved. Expected: the run exits non-zero saying so; the consumers are served by the
+       engine; a rerun converges (the gate archived, the record direct)."""
+    since = now_ts()
+    out = tmp_path / "gate-cutover.log"
+    run = start_playbook("playbooks/gate-cutover.yml", "-e", "vllm_fleet_confirm=gate", out=out)
+    try:
+        wait_for(lambda: "Gate up | Send a canary through the gate" in out.read_text(), 300, "the gate's canary")
+        lab_sh("fault", "kill-gate", "lab3")
+    finally:
+        rc = finish(run, timeout=300)
+    text = out.read_text()
+    if rc == 0:
+        print("fault kill-gate during the cutover: systemd restarted the gate in time; the cutover completed")
+        the_consumers_are_served_where_their_record_says("gate")
+    else:
+        print("fault kill-gate during the cutover: the canary failed; the gate is archived again")
+        assert "no consumer was moved" in " ".join(text.split()), text[-3000:]
+        assert on_host("lab3", "systemctl is-active vllm-fleet-gate.service").strip() != "active"
+        the_consumers_are_served_where_their_record_says("direct")
+        assert play("playbooks/gate-cutover.yml", "-e", "vllm_fleet_confirm=gate").rc == 0
+    s = summary(since)
+    assert s["outcomes"].get("error", 0) == 0, s
+
     pid_before = on_host("lab3", "systemctl show -p MainPID --value vllm-fleet-gate.service").strip()
     since = now_ts()
     lab_sh("fault", "kill-gate", "lab3")
@@ -155,4 +201,23 @@ def test_a_killed_gate_comes_back_and_the_fallbacks_show_the_outage(client, play
     # longest run of them is the outage as the application saw it.
     assert s["outcomes"].get("fallback", 0) >= 1, s
     assert 0 < s["longest_fallback_run_s"] < 30, s
-    assert play("playbooks/direct-cutover.yml", "-e", "vllm_fleet_confirm=direct").rc == 0
+
+    since = now_ts()
+    out = tmp_path / "direct-cutover.log"
+    run = start_playbook("playbooks/direct-cutover.yml", "-e", "vllm_fleet_confirm=direct", out=out)
+    try:
+        wait_for(lambda: "VLLM_FLEET_MODE=direct" in endpoint_env(), 300, "the consumers in direct mode")
+        interrupt(run)
+    finally:
+        rc = finish(run, timeout=120)
+    text = out.read_text()
+    assert rc != 0 and "User interrupted execution" in text, text[-3000:]
+    mark = now_ts()
+    wait_for(lambda: summary(mark)["by_mode"].get("direct", {}).get("ok", 0) >= 3, 60, "answers after the interrupt")
+    print(f"controller interrupted in the direct cutover: mode record right after it {mode_record()}")
+    r = play("playbooks/direct-cutover.yml", "-e", "vllm_fleet_confirm=direct")
+    assert r.rc == 0 and "gate: archived" in r.stdout
+    assert on_host("lab3", "systemctl is-enabled vllm-fleet-gate.service").strip() == "disabled"
+    the_consumers_are_served_where_their_record_says("direct")
+    s = summary(since)
+    assert s["outcomes"].get("error", 0) == 0 and s["outcomes"].get("fallback", 0) == 0, s

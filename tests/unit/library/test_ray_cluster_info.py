@@ -185,7 +185,8 @@ def test_unreachable_cluster(run_module, tmp_path, fake, timeout, message):
     python = fake_python(tmp_path, **fake)
     result = run_module(module, args(python, expect_ips=LAB_IPS, expect_gpus=2, timeout=timeout))
     assert "failed" not in result
-    assert result == {"changed": False, "ok": False, "message": message, "invocation": result["invocation"]}
+    assert result == {"changed": False, "ok": False, "message": message, "msg": message,
+                      "invocation": result["invocation"]}
     # The same in check mode.
     assert run_module(module, args(python, expect_ips=LAB_IPS, expect_gpus=2, timeout=timeout),
                       check_mode=True)["message"] == message
