@@ -12,8 +12,9 @@ prepare step finds its prerequisites in place and only checks them.
 
 The roles site.yml applies run only create, verify and destroy here: on these
 hosts, with this inventory, test_site.py's first converge was their converge
-and its second run (nothing changed) their idempotence step. The others run
-molecule's whole sequence.
+and its second run (nothing changed) their idempotence step; so does
+serving_cutover, whose converge test_serving_modes.py ran under load. The
+others run molecule's whole sequence.
 """
 from __future__ import annotations
 
@@ -35,15 +36,19 @@ ROLES_IN_ORDER = [
     "restart_schedule",
     "serving_endpoint",
     "fleet_report",
-    "gate_service",
     "serving_cutover",
+    "gate_service",
 ]
 
 
-# Applied by site.yml's engine.yml exactly as their converge.yml applies them (the
-# serving_endpoint and fleet_report scenarios converge more than site.yml does: an
-# operator's consumer file, a report of their own, which their verify reads).
-SITE_ROLES = {"gpu_preflight", "vllm_install", "ray_cluster", "vllm_server", "vllm_verify"}
+# Converged here already, exactly as their converge.yml applies them: by site.yml's
+# engine.yml, and serving_cutover by test_serving_modes.py's cutovers under load
+# (its prepare and converge are a gate cutover and a direct one, idempotent), whose
+# end state (direct mode, the gate archived) its verify reads; so it runs before
+# gate_service's scenario starts the gate. The serving_endpoint and fleet_report
+# scenarios converge more than site.yml does (an operator's consumer file, a report
+# of their own, which their verify reads).
+SITE_ROLES = {"gpu_preflight", "vllm_install", "ray_cluster", "vllm_server", "vllm_verify", "serving_cutover"}
 SITE_ROLE_SEQUENCE = "[create, verify, destroy]"
 
 
