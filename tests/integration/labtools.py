@@ -63,6 +63,16 @@ class PlayResult:
         return set(self.stats.get("failures", {})) | set(self.stats.get("dark", {}))
 
 
+def play_env() -> dict:
+    """What a playbook run needs on top of the environment: the repo's ansible.cfg, plain
+    output, and the venv's tools first on PATH."""
+    return {
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_FORCE_COLOR": "0",
+        "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
+    }
+
+
 def run_playbook(playbook: str, *args: str, extravars: dict | None = None, timeout: int = 1800,
                  inventory: Path = LAB_INVENTORY) -> PlayResult:
     """Run a playbook from the repository root with ansible-runner, as an
@@ -76,11 +86,7 @@ def run_playbook(playbook: str, *args: str, extravars: dict | None = None, timeo
             json.dump(extravars, fh)
         args += ["-e", "@" + path]
     cmdline = " ".join(shlex.quote(a) for a in args)
-    env = {
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_FORCE_COLOR": "0",
-        "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
-    }
+    env = play_env()
     # A fresh private dir per run: ansible-runner reads env/cmdline and
     # env/extravars left there by an earlier run.
     (REPO / ".cache").mkdir(exist_ok=True)
@@ -106,11 +112,10 @@ def start_playbook(playbook: str, *args: str, out: Path, inventory: Path = LAB_I
     """Start ansible-playbook in the background as an operator's shell would, its output
     to ``out``, in a session of its own: ``interrupt`` then sends SIGINT to its process
     group, as Ctrl-C does."""
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
-           "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}"}
     with out.open("w") as fh:
         return subprocess.Popen([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), playbook, *args],
-                                cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+                                cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, **play_env()})
 
 
 def interrupt(run: subprocess.Popen) -> None:
