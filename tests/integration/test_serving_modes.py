@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from labtools import finish, interrupt, lab_sh, start_playbook
+from labtools import files_holding, finish, interrupt, lab_sh, secret_values, start_playbook
 from openai_suite import run_suite
 
 pytestmark = pytest.mark.lab
@@ -33,6 +33,13 @@ def now_ts() -> str:
 def summary(since: str) -> dict:
     out = on_host("lab3", f"python3 /opt/vllm-fleet/consumer/session_client.py --summary {LOG} --since {since}")
     return json.loads(out)
+
+
+def client_records(since: str) -> list[dict]:
+    """The session client's log records from ``since`` on (request start times, UTC)."""
+    lines = on_host("lab3", f"cat {LOG}").splitlines()
+    records = [json.loads(line) for line in lines if line.strip()]
+    return [rec for rec in records if rec["ts"][:len(since)] >= since]
 
 
 def endpoint_env() -> str:
@@ -224,3 +231,5 @@ def test_the_gate_killed_during_a_cutover_then_while_serving_then_the_controller
     the_consumers_are_served_where_their_record_says("direct")
     s = summary(since)
     assert s["outcomes"].get("error", 0) == 0 and s["outcomes"].get("fallback", 0) == 0, s
+    # The two cutovers' own output (the gate's tokens and the engine's key pass through them).
+    assert files_holding(tmp_path, secret_values()) == []
