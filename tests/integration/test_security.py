@@ -13,12 +13,16 @@ Only the three files meant to hold a key may, and only at their modes.
 """
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 
 from labtools import REPO, RUNNER_DIRS, files_holding, on_host, secret_values
 
 HOSTS = ("lab1", "lab2", "lab3")
+SANDBOX_DOC = REPO / "docs" / "ports-and-secrets.md"
+# Where each unit runs in the lab.
+UNIT_HOSTS = {"vllm-fleet-gate.service": "lab3", "vllm.service": "lab1", "ray.service": "lab1"}
 # The files that hold a key by design, and their modes.
 KEY_FILES = {"/etc/default/vllm": "600", "/etc/vllm-fleet/gate.json": "600", "/etc/vllm-fleet/endpoint.env": "640"}
 
@@ -98,3 +102,16 @@ def test_only_the_engines_hosts_reach_rays_ports():
         assert connects(source, head, 22), f"{source} cannot reach ssh"
     rules = on_host("lab1", "nft list table inet vllm_fleet_ray")
     assert "10.200.0.11, 10.200.0.12" in rules and "reject with tcp reset" in rules, rules
+
+
+def test_each_unit_runs_as_sandboxed_as_the_docs_say():
+    """systemd-analyze security's exposure for each unit is the figure in the docs'
+    sandboxing table (the gate's unit stays installed after the last cutover archived it)."""
+    documented = dict(re.findall(r"^\| `([a-z-]+\.service)` \| ([0-9.]+) \|", SANDBOX_DOC.read_text(), re.M))
+    assert set(documented) == set(UNIT_HOSTS), documented
+    for unit, host in UNIT_HOSTS.items():
+        out = on_host(host, f"systemd-analyze security --no-pager {unit}")
+        measured = re.search(r"Overall exposure level for \S+: ([0-9.]+)", out)
+        assert measured, out[-2000:]
+        assert measured.group(1) == documented[unit], (
+            f"{unit} on {host}: exposure {measured.group(1)}, the docs say {documented[unit]}")
