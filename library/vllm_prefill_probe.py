@@ -17,7 +17,9 @@ description:
     busy, too noisy, no or another baseline, no answer) or C(down).
   - It sends nothing while requests run or wait (C(vllm:num_requests_running), C(vllm:num_requests_waiting)).
     Then it reads two C(/metrics) scrapes O(window) seconds apart instead (RV(passive)) and answers
-    C(inconclusive), never C(degraded). The passive reading sends no request and is safe under load.
+    C(inconclusive), never C(degraded). Until 4 prefills finished in it, the window widens by O(window) at a
+    time up to O(window_max); it stops at once when no token was computed. The passive reading sends no
+    request and is safe under load.
   - With O(mode=baseline), records O(groups) groups of 4 samples on a quiet engine and writes them, with the
     vLLM version, the model, the prompt length and the time, to O(baseline_path). With O(unit), a baseline
     already recorded since the unit's start is kept, so reruns change nothing.
@@ -52,9 +54,14 @@ options:
     type: int
     default: 2
   window:
-    description: Seconds between the two C(/metrics) scrapes of the passive reading; 0.5 to 300.
+    description: Seconds between the two C(/metrics) scrapes of the passive reading, at the least; 0.5 to 300.
     type: float
     default: 5
+  window_max:
+    description: The longest the passive reading's window widens to while fewer than 4 prefills finished
+      in it; 0.5 to 600, and never shorter than O(window).
+    type: float
+    default: 60
   timeout:
     description: Seconds one completion may take. A completion that takes longer while C(/health) answers 200
       gives RV(answered=false), the wedged engine's sign.
@@ -178,7 +185,7 @@ busy:
   returned: always
   type: bool
 passive:
-  description: The passive reading over O(window) (seconds per computed prompt token, requests, tokens,
+  description: The passive reading over C(window_s) seconds (seconds per computed prompt token, requests, tokens,
     preemptions in the window, C(progress) whether any token was computed, the ratio to the baseline), or null
     when the probe ran.
   returned: always
@@ -234,6 +241,7 @@ ARGUMENT_SPEC = dict(
     baseline_path=dict(type="path", required=True),
     groups=dict(type="int", default=2),
     window=dict(type="float", default=5.0),
+    window_max=dict(type="float", default=60.0),
     timeout=dict(type="float", default=20.0),
     unit=dict(type="str"),
     refresh=dict(type="bool", default=False),
@@ -250,6 +258,8 @@ def _check(module):
         module.fail_json(msg="groups must be between %d and 16, got %d." % (MIN_GROUPS, p["groups"]))
     if not 0.5 <= p["window"] <= 300:
         module.fail_json(msg="window must be between 0.5 and 300 seconds, got %g." % p["window"])
+    if not 0.5 <= p["window_max"] <= 600:
+        module.fail_json(msg="window_max must be between 0.5 and 600 seconds, got %g." % p["window_max"])
     if not 1.0 <= p["threshold_floor"] <= 10.0:
         module.fail_json(msg="threshold_floor must be between 1.0 and 10, got %g." % p["threshold_floor"])
     if not 0 < p["timeout"] <= 3600:
@@ -296,7 +306,7 @@ def main():
         with EngineClient(p["url"], timeout=p["timeout"], api_key=p["api_key"]) as client:
             if p["mode"] == "probe":
                 result = probe(client, p["model"], p["prompt_tokens"], baseline, p["window"], p["timeout"],
-                               p["threshold_floor"])
+                               p["threshold_floor"], p["window_max"])
                 if baseline is None and result["verdict"] == "inconclusive" and "no baseline" in result["reason"]:
                     result["reason"] = why
                 module.exit_json(**dict(common, **result))

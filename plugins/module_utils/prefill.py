@@ -59,6 +59,11 @@ MARGIN = 1.05
 # degraded call is made from them (facts 6.3 step 3).
 SPREAD_MAX = 2.0
 MAX_TEXT = 16 << 20
+# The passive reading widens its window, one window at a time up to its
+# longest, until this many prefills finished in it: a few multi-turn requests,
+# mostly served from the prefix cache, say little (a lab run read 1.5x over
+# 5 s where 15 s read 32x).
+PASSIVE_PREFILLS = 4
 # A baseline file is a few kB; the module reads at most this much of one.
 MAX_BASELINE = 1 << 20
 # Past any served model's context (10M tokens at most): a larger count is garbage.

@@ -9,8 +9,11 @@ are ``prefill.decide`` and ``prefill.threshold``. Order of one probe:
 
 1. ``/health``: nothing answering, or not 200, is ``down``.
 2. A ``/metrics`` scrape. Requests running or waiting: no request is sent;
-   a second scrape after ``window`` seconds gives the passive reading, and
-   the verdict is ``inconclusive`` (busy), never ``degraded``.
+   a second scrape ``window`` seconds later gives the passive reading, and
+   the verdict is ``inconclusive`` (busy), never ``degraded``. Until
+   ``PASSIVE_PREFILLS`` prefills finished, the window widens by ``window``
+   at a time up to ``window_max``; it stops at once when no token was
+   computed (the wedged sign) or a counter went backwards.
 3. One warm-up (discarded; the first request after idle is slower). No answer
    within ``timeout`` while ``/health`` is 200: ``answered`` is false.
 4. Two samples, then two more only if ``decide`` asks. Each is checked quiet
@@ -23,8 +26,8 @@ import datetime
 import time
 import typing as t
 
-from ansible.module_utils.prefill import (FLOOR, GROUP_SIZE, Baseline, MetricsSnapshot, PrefillError,
-                                          comparable, decide, passive_window, threshold)
+from ansible.module_utils.prefill import (FLOOR, GROUP_SIZE, PASSIVE_PREFILLS, Baseline, MetricsSnapshot,
+                                          PrefillError, comparable, decide, passive_window, threshold)
 from ansible.module_utils.prefill_client import EngineClient, EngineTimeout, EngineUnreachable
 
 
@@ -33,12 +36,21 @@ def _now() -> str:
 
 
 def _passive(client: EngineClient, first: MetricsSnapshot, window: float,
-             baseline: t.Optional[Baseline], floor: float = FLOOR) -> dict:
-    time.sleep(window)
-    second = client.metrics()
-    reading = passive_window(first, second)
+             baseline: t.Optional[Baseline], floor: float = FLOOR,
+             window_max: t.Optional[float] = None) -> dict:
+    longest = max(window, window_max or window)
+    waited = 0.0
+    while True:
+        step = min(window, longest - waited)
+        time.sleep(step)
+        waited += step
+        second = client.metrics()
+        reading = passive_window(first, second)
+        if (waited >= longest or reading.requests is None or reading.requests >= PASSIVE_PREFILLS
+                or _progress(first, second) is not True):
+            break
     out = {
-        "window_s": window,
+        "window_s": round(waited, 3),
         "seconds_per_token": reading.seconds_per_token,
         "requests": reading.requests,
         "tokens": reading.tokens,
@@ -97,7 +109,8 @@ def _start(client: EngineClient) -> t.Tuple[t.Optional[dict], t.Optional[Metrics
 
 
 def probe(client: EngineClient, model: str, prompt_tokens: int, baseline: t.Optional[Baseline],
-          window: float = 5.0, timeout: float = 20.0, floor: float = FLOOR) -> dict:
+          window: float = 5.0, timeout: float = 20.0, floor: float = FLOOR,
+          window_max: t.Optional[float] = None) -> dict:
     """One verdict for one engine, from at most 4 samples after a warm-up."""
     done, first = _start(client)
     if done is not None:
@@ -108,10 +121,10 @@ def probe(client: EngineClient, model: str, prompt_tokens: int, baseline: t.Opti
     if baseline is not None:
         ok, why = comparable(baseline, version, model, prompt_tokens)
         if not ok:
-            result.update(_passive(client, first, window, None))
+            result.update(_passive(client, first, window, None, floor, window_max))
             return dict(result, verdict="inconclusive", reason=why)
     if result["busy"]:
-        result.update(_passive(client, first, window, baseline, floor))
+        result.update(_passive(client, first, window, baseline, floor, window_max))
         verdict = decide(baseline, busy=True)
         return dict(result, verdict=verdict.verdict, reason=verdict.reason)
     prompt, counted = client.build_prompt(model, prompt_tokens)
@@ -144,7 +157,7 @@ def probe(client: EngineClient, model: str, prompt_tokens: int, baseline: t.Opti
         return dict(result, verdict="inconclusive", answered=False, samples=[s.as_dict() for s in samples],
                     reason="a probe got no answer while /health answers 200: %s" % exc)
     except _Busy as exc:
-        result.update(_passive(client, exc.snapshot, window, baseline, floor))
+        result.update(_passive(client, exc.snapshot, window, baseline, floor, window_max))
         return dict(result, verdict="inconclusive", busy=True, samples=[s.as_dict() for s in samples],
                     reason="busy: another request ran during the probe; the passive reading stands in")
     return dict(result, verdict=verdict.verdict, reason=verdict.reason, ratio=verdict.ratio,

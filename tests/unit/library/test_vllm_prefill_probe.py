@@ -118,7 +118,7 @@ def record(run_module, fake, path, **kw) -> dict:
                            "The value 'maybe' is not a valid boolean. Valid booleans include: "),
     ({"service": UNIT}, "Unsupported parameters for (basic.py) module: service. Supported parameters include: "
                         "api_key, baseline_path, groups, mode, model, prompt_tokens, refresh, threshold_floor, "
-                        "timeout, unit, url, window."),
+                        "timeout, unit, url, window, window_max."),
 ])
 def test_argument_errors(run_module, fake, path, params, msg):
     base = {} if "url" in params or params == {} else {"url": fake.url, "model": MODEL, "baseline_path": str(path)}
@@ -135,6 +135,8 @@ def test_argument_errors(run_module, fake, path, params, msg):
     ({"groups": 17}, "groups must be between 2 and 16, got 17."),
     ({"window": 0.1}, "window must be between 0.5 and 300 seconds, got 0.1."),
     ({"window": 301}, "window must be between 0.5 and 300 seconds, got 301."),
+    ({"window_max": 0.4}, "window_max must be between 0.5 and 600 seconds, got 0.4."),
+    ({"window_max": 601}, "window_max must be between 0.5 and 600 seconds, got 601."),
     ({"threshold_floor": 0.5}, "threshold_floor must be between 1.0 and 10, got 0.5."),
     ({"threshold_floor": 11}, "threshold_floor must be between 1.0 and 10, got 11."),
     ({"timeout": 0}, "timeout must be between 0 and 3600 seconds, got 0."),

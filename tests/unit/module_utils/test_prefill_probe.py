@@ -14,7 +14,7 @@ import pytest
 
 from ansible.module_utils import diagnosis
 from ansible.module_utils import prefill_client as pc
-from ansible.module_utils.prefill import FLOOR, GROUP_SIZE, Baseline
+from ansible.module_utils.prefill import FLOOR, GROUP_SIZE, PASSIVE_PREFILLS, Baseline
 from ansible.module_utils.prefill_probe import probe, record
 from prefill_fake import MODEL, PER_TOKEN, VERSION, FakeVllm, closed_port
 
@@ -167,6 +167,34 @@ def test_busy_without_progress(fake, client):
     p = run(client)["passive"]
     assert (p["seconds_per_token"], p["ratio"], p["progress"], p["requests"]) == (None, None, False, 0)
     assert "no request finished a prefill in the window" in p["reason"]
+
+
+def test_busy_window_widens_until_enough_prefills_finished(fake, client):
+    # One prefill finishes per scrape: the window widens by WINDOW until PASSIVE_PREFILLS did.
+    fake.running = 2.0
+    fake.per_scrape = (1, 1000, 1000 * PER_TOKEN * 2, 0)
+    p = run(client, window_max=100 * WINDOW)["passive"]
+    assert (p["requests"], p["tokens"], p["window_s"]) == (PASSIVE_PREFILLS, PASSIVE_PREFILLS * 1000.0,
+                                                          pytest.approx(PASSIVE_PREFILLS * WINDOW))
+    assert p["seconds_per_token"] == pytest.approx(2 * PER_TOKEN) and p["ratio"] == pytest.approx(2.0)
+
+
+def test_busy_window_stops_at_its_longest(fake, client):
+    fake.running = 2.0
+    fake.per_scrape = (1, 1000, 1000 * PER_TOKEN, 0)
+    p = run(client, window_max=2.5 * WINDOW)["passive"]
+    # Two whole windows, then the half left: three scrapes after the first, three prefills.
+    assert (p["requests"], p["window_s"]) == (3, pytest.approx(2.5 * WINDOW))
+    assert p["seconds_per_token"] == pytest.approx(PER_TOKEN)
+
+
+def test_busy_window_without_progress_stops_after_one_window(fake, client):
+    # Requests run and no token is computed: the wedged sign, read at once, not after window_max.
+    fake.running = 1.0
+    started = time.monotonic()
+    p = run(client, window_max=1000 * WINDOW)["passive"]
+    assert (p["window_s"], p["progress"], p["requests"]) == (WINDOW, False, 0)
+    assert time.monotonic() - started < 100 * WINDOW
 
 
 def test_busy_preemptions_in_the_window(fake, client):
