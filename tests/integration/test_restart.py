@@ -94,8 +94,9 @@ def test_when_degraded_finds_the_slow_down_restarts_and_cures_it_with_planned_fa
     calls it degraded at 1.5 x the threshold (2.25 x the baseline on the lab). Over the default
     5 s window, with the knob's default 30 % quota, a fresh run once read 1.50 x: a few multi-turn
     requests, mostly from the prefix cache, land in 5 s. So this run gives the window 15 s and the
-    knob 15 % (the window also widens now until 4 prefills finished in it). So slowed, the engine answers some long requests later than the client's 30 s
-    timeout: the application falls back by itself until the run moves it, as in the field."""
+    knob 15 % (the window also widens now until 4 prefills finished in it). So slowed, the engine
+    answers some long requests later than the client's 30 s timeout: the application falls back
+    by itself until the run moves it, as in the field."""
     since = now_ts()
     for host in ("lab1", "lab2"):
         lab_sh("fault", "slow-prefill", host, "15")
