@@ -36,6 +36,8 @@ usage: lab/lab.sh COMMAND [ARGS]
       host-start HOST
       kill-gate HOST [UNIT]        kill -9 the gate's main process (UNIT default $LAB_GATE_UNIT)
       kill-ray-worker HOST         kill -9 the engine's Ray worker processes on HOST (undo: restart the engine)
+      clock-skew HOST SECONDS      programs run over ssh on HOST read the clock SECONDS off (libfaketime)
+      clock-skew-off HOST
 
 Environment: LAB_DIR (default lab/work), LAB_PYTHON (3.11, default python3), LAB_DEBIAN_MIRROR
 (default: read from this machine's apt sources), LAB_UP_TIMEOUT, LAB_STOP_TIMEOUT.

@@ -23,13 +23,13 @@ LAB_PYTHON=${LAB_PYTHON:-python3}            # controller Python: must be 3.11 (
 cmd_deps() {
   need_root
   local want=() c p
-  for c in systemd-nspawn debootstrap dpkg-scanpackages ssh ssh-keygen ip curl nsenter flock; do
+  for c in systemd-nspawn debootstrap dpkg-scanpackages ssh ssh-keygen ip curl nsenter flock faketime; do
     command -v "$c" >/dev/null 2>&1 && continue
     p=${LAB_DEP_PKG[$c]}
     [[ " ${want[*]} " == *" $p "* ]] || want+=("$p")
   done
   if ((${#want[@]} == 0)); then
-    log "deps: all present (systemd-nspawn debootstrap dpkg-scanpackages ssh ip curl nsenter)"
+    log "deps: all present (systemd-nspawn debootstrap dpkg-scanpackages ssh ip curl nsenter faketime)"
     return 0
   fi
   local logf=$LOG_DIR/deps.log

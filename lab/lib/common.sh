@@ -111,6 +111,7 @@ declare -A LAB_DEP_PKG=(
   [curl]=curl
   [nsenter]=util-linux
   [flock]=util-linux
+  [faketime]=faketime   # its libfaketime is the clock-skew knob's (fault.sh)
 )
 
 need_cmds() {

@@ -190,18 +190,70 @@ fault_kill_gate() {
   log "  $unit not restarted within ${LAB_GATE_RESTART_WAIT:-15}s (state: $(host_exec "$name" systemctl is-active "$unit" 2>/dev/null))"
 }
 
+# ---- clock-skew: the host's clock SECONDS off for every program run over ssh -----------------------
+# The hosts share this machine's kernel clock (CLOCK_REALTIME has no namespace), so the knob makes
+# the host's sshd start every session with libfaketime preloaded (this machine's, copied into the
+# host's disk) and the offset in FAKETIME: what Ansible runs there reads the skewed clock. It cannot
+# go in /etc/ld.so.preload: sshd itself breaks under it ("master hello exchange failed"). Sessions
+# open at the time are ended (the controller's ssh reconnects), at apply and at undo alike.
+# Programs systemd starts keep the true clock.
+LAB_FAKETIME_LIB=${LAB_FAKETIME_LIB:-/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1}
+LAB_FAKETIME_IN_HOST=/usr/local/lib/lab-faketime/libfaketime.so.1
+LAB_CLOCK_SKEW_CONF=/etc/ssh/sshd_config.d/lab-clock-skew.conf
+
+# Reload the host's sshd and end its open sessions, so that every new one reads its config.
+restart_ssh_sessions() {
+  host_exec "$1" systemctl reload ssh.service
+  host_exec "$1" pkill -TERM -f '^sshd: [^ ]+@' || true
+}
+
+fault_clock_skew() {
+  local name=${1:-} offset=${2:-}
+  [[ -n $name && -n $offset ]] || die "usage: lab.sh fault clock-skew HOST SECONDS  (a signed whole number, e.g. +5 or -30)"
+  need_running_host "$name"
+  [[ $offset =~ ^[+-]?[0-9]{1,6}$ ]] || die "SECONDS must be a whole number of at most 6 digits, with an optional sign; got '$offset'"
+  [[ -r $LAB_FAKETIME_LIB ]] || die "no $LAB_FAKETIME_LIB on this machine: run lab/lab.sh deps (apt-get install faketime)"
+  local root=$HOSTS_DIR/$name/merged sign=1 value
+  [[ $offset == -* ]] && sign=-1
+  value=$(printf '%+d' "$((sign * 10#${offset#[+-]}))")
+  install -D -m 0644 "$LAB_FAKETIME_LIB" "$root$LAB_FAKETIME_IN_HOST"
+  printf '# lab/lab.sh fault clock-skew %s %s (undo: lab/lab.sh fault clock-skew-off %s)\nSetEnv LD_PRELOAD=%s FAKETIME=%s\n' \
+    "$name" "$value" "$name" "$LAB_FAKETIME_IN_HOST" "$value" >"$root$LAB_CLOCK_SKEW_CONF"
+  echo "$value" >"$STATE_DIR/$name.fault.clock-skew"
+  restart_ssh_sessions "$name"
+  log "fault clock-skew $name: programs run over ssh there read the clock $value s off (libfaketime); undo: lab/lab.sh fault clock-skew-off $name"
+}
+
+fault_clock_skew_off() {
+  local name=${1:-} quiet=${2:-}
+  [[ -n $name ]] || die "usage: lab.sh fault clock-skew-off HOST"
+  check_host_name "$name"
+  if [[ ! -e $STATE_DIR/$name.fault.clock-skew ]]; then
+    [[ -n $quiet ]] || log "fault clock-skew-off $name: no skew in place; nothing to do"
+    return 0
+  fi
+  local root=$HOSTS_DIR/$name/merged
+  rm -f "$root$LAB_CLOCK_SKEW_CONF" "$root$LAB_FAKETIME_IN_HOST"
+  rmdir "$root${LAB_FAKETIME_IN_HOST%/*}" 2>/dev/null || true
+  host_running "$name" && restart_ssh_sessions "$name"
+  rm -f "$STATE_DIR/$name.fault.clock-skew"
+  [[ -n $quiet ]] || log "fault clock-skew-off $name: the host's ssh sessions read the true clock again"
+}
+
 # ---- bookkeeping used by status and down ---------------------------------------------------------
 fault_list() {
   local name=$1 out=()
   [[ -d $CPU_CG/$LAB_CGROUP/$name/slow-prefill ]] && out+=("slow-prefill($(($(cat "$CPU_CG/$LAB_CGROUP/$name/slow-prefill/cpu.cfs_quota_us") / 1000))%)")
   [[ -s $STATE_DIR/$name.fault.wedge ]] && out+=(wedge)
   [[ -e $STATE_DIR/$name.host-stop ]] && out+=(host-stop)
+  [[ -s $STATE_DIR/$name.fault.clock-skew ]] && out+=("clock-skew($(cat "$STATE_DIR/$name.fault.clock-skew") s)")
   echo "${out[*]}"
 }
 
 fault_clear_host() {
   fault_unwedge "$1" quiet
   fault_slow_prefill_off "$1" quiet
+  fault_clock_skew_off "$1" quiet
 }
 
 # ---- kill-ray-worker: kill -9 the engine's Ray worker processes on a host -------------------------
@@ -234,6 +286,8 @@ cmd_fault() {
   host-start) fault_host_start "$@" ;;
   kill-gate) fault_kill_gate "$@" ;;
   kill-ray-worker) fault_kill_ray_worker "$@" ;;
-  *) die "usage: lab.sh fault {slow-prefill HOST [QUOTA%] | slow-prefill-off HOST | wedge HOST | unwedge HOST | host-stop HOST [--graceful] | host-start HOST | kill-gate HOST [UNIT] | kill-ray-worker HOST}" ;;
+  clock-skew) fault_clock_skew "$@" ;;
+  clock-skew-off) fault_clock_skew_off "$@" ;;
+  *) die "usage: lab.sh fault {slow-prefill HOST [QUOTA%] | slow-prefill-off HOST | wedge HOST | unwedge HOST | host-stop HOST [--graceful] | host-start HOST | kill-gate HOST [UNIT] | kill-ray-worker HOST | clock-skew HOST SECONDS | clock-skew-off HOST}" ;;
   esac
 }

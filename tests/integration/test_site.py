@@ -6,6 +6,7 @@ would: converge, converge again, check mode, change a flag, lose a worker.
 from __future__ import annotations
 
 import json
+import re
 
 import yaml
 
@@ -109,6 +110,27 @@ def test_bad_input_fails_clearly_before_any_host_changes(play, extravars, messag
     assert message in r.stdout
     assert r.changed() == {}, f"bad input changed {r.changed()}"
     assert invocation("lab1", "vllm.service") == head_before
+
+
+def test_a_skewed_clock_is_refused_before_any_host_changes(play):
+    """Fault: lab2's clock 30 s ahead of the head's (lab.sh fault clock-skew: libfaketime preloaded
+    into every program lab2 starts; the hosts share one kernel clock otherwise). Expected: the
+    preflight fails naming lab2 and its offset and says how to synchronise, before any host
+    changes; the engine keeps running."""
+    head_before = invocation("lab1", "vllm.service")
+    lab_sh("fault", "clock-skew", "lab2", "+30")
+    try:
+        r = play("site.yml")
+    finally:
+        lab_sh("fault", "clock-skew-off", "lab2")
+    plain = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", r.stdout).split())
+    assert r.rc != 0
+    assert re.search(r"clock_skew: engine engine_lab: lab2 \+(29|30)\.[0-9]{3} s against the head lab1"
+                     r" \(at most 2 s\)", plain), plain[-3000:]
+    assert said(r, "Synchronise the clocks from one NTP source on every host")
+    assert r.changed() == {}, f"a refused run changed {r.changed()}"
+    assert invocation("lab1", "vllm.service") == head_before
+    assert on_host("lab1", "systemctl is-active vllm.service").strip() == "active"
 
 
 def test_a_full_disk_while_staging_is_refused_first_and_fails_the_copy_without_touching_the_engine(play):
