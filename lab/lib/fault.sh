@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # `fault KNOB HOST ...`: fault knobs, each with one command to apply and one to undo.
-# All are applied from the root namespace (outside the host), so they work whatever state the
-# host's own services are in, and Ansible running inside the host cannot see or undo them.
+# All but clock-skew are applied from the root namespace (outside the host), so they work whatever
+# state the host's own services are in, and Ansible running inside the host cannot see or undo them.
+# clock-skew writes into the host's disk (an sshd drop-in): the hosts share one kernel clock.
 
 # Engine processes are found by the titles vLLM (setproctitle) and Ray give them, among the
 # processes of that host's cgroup tree only.

@@ -46,8 +46,9 @@ def _passive(client: EngineClient, first: MetricsSnapshot, window: float,
         waited += step
         second = client.metrics()
         reading = passive_window(first, second)
+        progress = _progress(first, second)
         if (waited >= longest or reading.requests is None or reading.requests >= PASSIVE_PREFILLS
-                or _progress(first, second) is not True):
+                or progress is not True):
             break
     out = {
         "window_s": round(waited, 3),
@@ -58,7 +59,7 @@ def _passive(client: EngineClient, first: MetricsSnapshot, window: float,
         "preemptions": reading.preemptions,
         "reason": reading.reason,
         "ratio": None,
-        "progress": _progress(first, second),
+        "progress": progress,
     }
     done = {"passive": out, "metrics_after": second.as_dict()}
     if baseline is not None:

@@ -133,11 +133,15 @@ def finish(run: subprocess.Popen, timeout: float = 900) -> int:
         return run.wait()
 
 
+def plain(result: PlayResult) -> str:
+    """The play's output as one line: no colours, every run of whitespace one space (the YAML
+    callback wraps long lines anywhere and colours each piece)."""
+    return " ".join(re.sub(r"\x1b\[[0-9;]*m", "", result.stdout).split())
+
+
 def said(result: PlayResult, text: str) -> bool:
-    """Whether the play printed ``text``; the YAML callback wraps long lines anywhere and
-    colours each piece."""
-    plain = re.sub(r"\x1b\[[0-9;]*m", "", result.stdout)
-    return " ".join(text.split()) in " ".join(plain.split())
+    """Whether the play printed ``text``, however the callback wrapped and coloured it."""
+    return " ".join(text.split()) in plain(result)
 
 
 def lab_sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -14,7 +14,7 @@ import pytest
 
 pytestmark = pytest.mark.lab
 
-from labtools import REPO, lab_args, lab_sh, on_host, said
+from labtools import REPO, lab_args, lab_sh, on_host, plain, said
 
 REPORT = REPO / "reports" / "site-report.json"
 def invocation(host: str, unit: str) -> str:
@@ -113,8 +113,8 @@ def test_bad_input_fails_clearly_before_any_host_changes(play, extravars, messag
 
 
 def test_a_skewed_clock_is_refused_before_any_host_changes(play):
-    """Fault: lab2's clock 30 s ahead of the head's (lab.sh fault clock-skew: libfaketime preloaded
-    into every program lab2 starts; the hosts share one kernel clock otherwise). Expected: the
+    """Fault: lab2's clock 30 s ahead of the head's (lab.sh fault clock-skew: lab2's sshd starts
+    every session with libfaketime preloaded; the hosts share one kernel clock otherwise). Expected: the
     preflight fails naming lab2 and its offset and says how to synchronise, before any host
     changes; the engine keeps running."""
     head_before = invocation("lab1", "vllm.service")
@@ -123,10 +123,9 @@ def test_a_skewed_clock_is_refused_before_any_host_changes(play):
         r = play("site.yml")
     finally:
         lab_sh("fault", "clock-skew-off", "lab2")
-    plain = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", r.stdout).split())
     assert r.rc != 0
     assert re.search(r"clock_skew: engine engine_lab: lab2 \+(29|30)\.[0-9]{3} s against the head lab1"
-                     r" \(at most 2 s\)", plain), plain[-3000:]
+                     r" \(at most 2 s\)", plain(r)), plain(r)[-3000:]
     assert said(r, "Synchronise the clocks from one NTP source on every host")
     assert r.changed() == {}, f"a refused run changed {r.changed()}"
     assert invocation("lab1", "vllm.service") == head_before
