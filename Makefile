@@ -52,9 +52,11 @@ syntax: $(STAMP) ## ansible-playbook --syntax-check on every playbook
 	  echo "   ok  $$pb"; \
 	done
 
+# One worker a core (pytest-xdist): the tests share no state but free ports
+# and tmp_path, and assert_linear compares times within one worker.
 unit: $(STAMP) ## pytest: module_utils, modules, filters, docs
 	@echo ">> pytest"
-	$(BIN)/python -m pytest -q tests/unit
+	$(BIN)/python -m pytest -q -n auto tests/unit
 
 test: lint syntax unit lab-e2e ## Everything CI runs: lint, syntax, unit tests, then the lab end to end
 

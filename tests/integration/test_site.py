@@ -183,8 +183,12 @@ def test_a_changed_flag_restarts_the_whole_engine_and_verifies(play):
 
 
 def test_a_down_worker_stops_the_play_before_any_restart(play):
-    """Runs on the engine the test above changed; its last converge restores
-    the inventory's flags and the worker's Ray node in one restart."""
+    """Runs on the engine the test above changed. The next converge, once the
+    worker is back, recovers the whole engine into vLLM's own multi-node mode
+    (--nnodes, --headless worker), the alternative backend, with the
+    inventory's flags: one whole-engine restart for the recovery, the flags
+    and the backend. (A Ray group recovered by a rerun: test_restart.py's
+    lost worker and failure tests.)"""
     head_before = invocation("lab1", "vllm.service")
     lab_sh("fault", "host-stop", "lab2")
     try:
@@ -194,17 +198,6 @@ def test_a_down_worker_stops_the_play_before_any_restart(play):
         assert invocation("lab1", "vllm.service") == head_before, "the head was restarted without its worker"
     finally:
         lab_sh("fault", "host-start", "lab2")
-    # The worker came back without its Ray node: a converge restarts the engine
-    # whole, with the inventory's flags again.
-    r = play("site.yml")
-    assert r.rc == 0
-    assert "RayWorkerProc" in on_host("lab2", "ps -eo args")
-    assert "--max-num-seqs 8" not in on_host("lab1", "ps -eo args")
-
-
-def test_the_mp_backend_serves_tp2_across_the_same_hosts_and_back(play):
-    """vLLM's own multi-node mode (--nnodes, --headless worker) is the
-    alternative backend; switching is a whole-engine restart either way."""
     r = play("site.yml", extravars={"vllm_server_backend": "mp"})
     assert r.rc == 0
     report = json.loads(REPORT.read_text())
@@ -214,7 +207,12 @@ def test_the_mp_backend_serves_tp2_across_the_same_hosts_and_back(play):
     assert report["sample_completion"]["text"]
     assert "--headless" in on_host("lab2", "ps -eo args")
     assert "raylet" not in on_host("lab1", "ps -eo args") + on_host("lab2", "ps -eo args")
-    # Back to Ray, the production path.
+    assert "--max-num-seqs 8" not in on_host("lab1", "ps -eo args")
+
+
+def test_the_mp_backend_goes_back_to_ray(play):
+    """From the mp backend the test above left, back to Ray, the production
+    path: a whole-engine restart with the worker's Ray node."""
     assert play("site.yml").rc == 0
     assert "RayWorkerProc" in on_host("lab2", "ps -eo args")
     assert "--headless" not in on_host("lab2", "ps -eo args")
