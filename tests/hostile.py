@@ -182,8 +182,8 @@ def assert_linear(fn: t.Callable[[t.Any], t.Any], build: t.Callable[[int], t.Any
         times = []
         for _ in range(3):
             # A collection costs what the whole test process holds, not what
-            # ``fn`` does: in a 4,000-test run, ones landing in the large run
-            # alone can read a linear parser as 29x (as CI did once).
+            # ``fn`` does; in a 4,000-test run, ones landing in the large run
+            # alone are the likeliest reason CI once read a linear parser as 29x.
             gc.disable()
             try:
                 start = time.perf_counter()
