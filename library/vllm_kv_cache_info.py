@@ -29,6 +29,9 @@ description:
     quote bars and k9s boxes. A line that starts with other text is not vLLM's.
     An excerpt pasted without vLLM's prefixes is read from the start of each line,
     until a line with vLLM's prefix shows the log has them.
+    A line that Ray forwarded from a worker (C((RayWorkerProc pid=N))) can carry another line glued to its end,
+    when the engine logs while Ray prints; it is read as two lines where a process label and vLLM's prefix follow.
+    Only a Ray worker's line is cut so: a worker never logs a request's text.
   - >-
     When a source holds several boots, only the latest is reported.
     Boots start at the API-server banner, C(non-default args), C(args: Namespace() or C(Initializing a V1 LLM engine).

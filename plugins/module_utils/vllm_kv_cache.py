@@ -184,10 +184,11 @@ class KvCacheReport:
 # then "file.py:N] " (<=0.7) or "[file.py:N] " (>=0.8; with a path, shortened
 # with "...", when VLLM_LOGGING_LEVEL=DEBUG). The first one in a line is
 # vLLM's: whatever a request quotes comes after it.
-_PREFIX = re.compile(
-    r"(?<![A-Za-z0-9_])(DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+_PREFIX_BODY = (
+    r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) "
     r"([0-9]{2})-([0-9]{2}) ([0-9]{2}):([0-9]{2}):([0-9]{2}) "
-    r"\[?(?:[\w.-]{1,100}/){0,16}([\w.-]{1,100}\.py):[0-9]{1,9}\] ", re.ASCII)
+    r"\[?(?:[\w.-]{1,100}/){0,16}([\w.-]{1,100}\.py):[0-9]{1,9}\] ")
+_PREFIX = re.compile(r"(?<![A-Za-z0-9_])" + _PREFIX_BODY, re.ASCII)
 # What may stand before vLLM's prefix, or before the text of a line pasted
 # without one (bootlogs/04): process labels ("(EngineCore_DP0 pid=N)", Ray's
 # "(RayWorkerProc pid=N, ip=A)", nested), kubectl's "[pod/x/c]", ISO stamps
@@ -252,6 +253,40 @@ def split_line(text: str) -> LogLine:
         return LogLine(text[:m.start()], m.group(7), stamp, text[m.end():], text)
     end = _LEAD.match(text, 0, _LEAD_MAX).end()
     return LogLine(text[:end], None, None, text[end:], text)
+
+
+# Ray's driver prints a worker's line in two writes, the text and then its
+# newline (ray/_private/worker.py, print_worker_logs: print()). The engine
+# core is that driver, and a line it logs between the two writes lands glued
+# onto the worker's text, its own newline ending both (the lab, 2026-12-03):
+#   (RayWorkerProc pid=9747) (Worker_TP0 pid=9747) INFO 12-03 09:54:28
+#   [cpu_worker.py:260] Explicitly set (0.06/10.96) GiB for KV cache on node
+#   0.(EngineCore pid=9685) INFO 12-03 09:54:28 [kv_cache_utils.py:2327] CPU
+#   KV cache size: 65,536 tokens, ...
+# So a line that Ray forwarded from a worker, in vLLM's format, is cut where a
+# process label and vLLM's prefix follow, and each part is its own line. Only
+# there: a worker never logs a request's text, so a logged prompt still
+# cannot start a line. The label's parts are bounded, so the search is linear.
+_RAY_WORKER_LEAD = re.compile(r"\((?:RayWorkerProc|RayWorkerWrapper) pid=[0-9]", re.ASCII)
+_GLUED = re.compile(
+    r"\([A-Za-z_][\w-]{0,63} pid=[0-9]{1,9}(?:, ip=[^\s()]{0,63})?\) " + _PREFIX_BODY,
+    re.ASCII)
+
+
+def unglue(text: str) -> t.Iterator[str]:
+    """The lines in ``text``: itself, or the parts of a Ray worker's line with
+    other lines glued on (see _GLUED)."""
+    start = 0
+    while True:
+        line = split_line(text[start:start + _LEAD_MAX + _PREFIX_MAX])
+        if line.source is None or not _RAY_WORKER_LEAD.search(line.lead):
+            break
+        m = _GLUED.search(text, start + len(line.lead))
+        if not m:
+            break
+        yield text[start:m.start()]
+        start = m.start()
+    yield text[start:] if start else text
 
 
 class LogLines(object):
@@ -502,12 +537,14 @@ class KvCacheScanner(object):
 
     def _line(self, raw: bytes, offset: int) -> None:
         text = strip_ansi(raw.decode("utf-8", "replace").rstrip("\r\n"))
-        # tqdm redraws with a bare CR; each segment is its own line.
+        # tqdm redraws with a bare CR; each segment is its own line, and so is
+        # each line glued onto a Ray worker's (unglue).
         for seg in text.split("\r") if "\r" in text else (text,):
-            if seg.strip():
-                line = self._lines.read(seg)
-                if line is not None:
-                    self._classify(line, offset)
+            for part in unglue(seg):
+                if part.strip():
+                    line = self._lines.read(part)
+                    if line is not None:
+                        self._classify(line, offset)
 
     def _classify(self, line: LogLine, offset: int) -> None:
         message = line.message

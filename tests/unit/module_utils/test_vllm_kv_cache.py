@@ -331,6 +331,45 @@ def test_coloured_formatter_line():
     assert (report.kv_cache_tokens, report.evidence) == (65536, [line])
 
 
+# Ray's driver prints a worker's line and its newline in two writes; the engine
+# core's capacity line, logged between them, lands glued onto the worker's text.
+# The line below is from the head's journal in the lab (vllm-fleet's fresh
+# make test, 2026-12-03), where verify then found no capacity line.
+LAB_GLUED = ("(RayWorkerProc pid=9747) (Worker_TP0 pid=9747) INFO 12-03 09:54:28 [cpu_worker.py:260] "
+             "Explicitly set (0.06/10.96) GiB for KV cache on node 0.(EngineCore pid=9685) INFO 12-03 09:54:28 "
+             "[kv_cache_utils.py:2327] CPU KV cache size: 65,536 tokens, Maximum concurrency for 2,048 tokens per "
+             "request: 32.00x")
+
+
+def test_a_capacity_line_glued_onto_a_ray_workers_line_is_read():
+    report = kv.scan_text(LAB_GLUED + "\n\n")
+    assert (report.kv_cache_tokens, report.max_concurrency, report.available_kv_cache_memory_gib) == (65536, 32.0, 0.06)
+    assert report.evidence == list(kv.unglue(LAB_GLUED))
+    assert report.evidence[1].startswith("(EngineCore pid=9685) INFO")
+
+
+def test_a_real_ray_boot_with_the_capacity_line_glued_reads_the_same():
+    lines = (RAY / "boot-01.log").read_text(encoding="utf-8").split("\n")
+    kv_line = next(i for i, ln in enumerate(lines) if "[kv_cache_utils.py:2327] CPU KV cache size" in ln)
+    assert "(RayWorkerProc pid=" in lines[kv_line + 1]
+    lines[kv_line:kv_line + 2] = [lines[kv_line + 1] + lines[kv_line], ""]
+    assert values(kv.scan_text("\n".join(lines))) == RAY_CASES["boot-01.log"]
+
+
+@pytest.mark.parametrize("line", [
+    # Not behind a Ray worker's label: the API server's request logger quoting a prompt.
+    "(APIServer pid=1) INFO 12-03 09:54:28 [logger.py:39] Received request cmpl-1: prompt: 'x"
+    + LAB_GLUED[LAB_GLUED.index("(EngineCore"):].replace("65,536", "1") + "'",
+    # A worker's line not in vLLM's format (a bare print).
+    "(RayWorkerProc pid=9747) done.(EngineCore pid=9685) INFO 12-03 09:54:28 [kv_cache_utils.py:2327] "
+    "CPU KV cache size: 1 tokens",
+    # A worker's line with something other than a process label and vLLM's prefix after it.
+    LAB_GLUED.replace("(EngineCore pid=9685) ", "(EngineCore pid=9685) said: "),
+])
+def test_only_a_ray_workers_vllm_line_is_cut(line):
+    assert kv.scan_text(line + "\n").kv_cache_tokens is None
+
+
 # --- data parallel ----------------------------------------------------------------
 
 def dp_lines(label: str, tokens: str, ratio: str) -> str:

@@ -398,6 +398,11 @@ BUILDS = {
     "ratio digits": lambda n: "Maximum concurrency for 2048 tokens per request: " + "9" * n + "\n",
     "many short lines": lambda n: "GPU KV cache size: 1 tokens\n" * (n // 28),
     "ANSI repeated": lambda n: "\x1b[" * (n // 2) + "GPU KV cache size: 1 tokens\n",
+    # A Ray worker's line with many lines glued on, and with labels that lead nowhere.
+    "glued Ray lines repeated": lambda n: "(RayWorkerProc pid=1) INFO 12-03 09:54:28 [w.py:1] KV cache size: 1 tokens"
+    * (n // 74) + "\n",
+    "labels after a Ray line": lambda n: "(RayWorkerProc pid=1) INFO 12-03 09:54:28 [w.py:1] KV cache size "
+    + "(EngineCore pid=1) INFO 12-03 " * (n // 30) + "\n",
 }
 
 
