@@ -17,9 +17,15 @@ def test_every_integration_test_file_is_run_by_make_test():
 
 
 def test_make_test_includes_the_lab():
+    """lint, syntax and the unit tests, with the lab's build in the background; then the lab
+    end to end, only once they all passed (a failure exits the recipe's first line)."""
     makefile = (REPO / "Makefile").read_text()
-    deps = re.search(r"^test: (.+?) ##", makefile, re.M).group(1).split()
-    assert deps == ["lint", "syntax", "unit", "lab-e2e"]
+    recipe = re.search(r"^test: .*\n((?:\t.*\n)+)", makefile, re.M).group(1)
+    first, *rest = recipe.replace("\\\n", " ").splitlines()[2:]
+    assert re.search(r"\{ \$\(MAKE\) --no-print-directory lab-deps lab-build >\S+ 2>&1 & \}; build=\$\$!", first)
+    assert "$(MAKE) --no-print-directory lint syntax unit || rc=$$?" in first
+    assert "if wait $$build; then" in first and first.rstrip().endswith("exit $$rc")
+    assert rest == ["\t@$(MAKE) --no-print-directory lab-e2e"]
 
 
 def _help_targets() -> set[str]:
