@@ -255,6 +255,9 @@ def split_line(text: str) -> LogLine:
     return LogLine(text[:end], None, None, text[end:], text)
 
 
+# The label Ray puts on a worker's forwarded output (also a hint of a worker node, below).
+_RAY_WORKER = re.compile(r"\((?:RayWorkerProc|RayWorkerWrapper) pid=")
+
 # Ray's driver prints a worker's line in two writes, the text and then its
 # newline (ray/_private/worker.py, print_worker_logs: print()). The engine
 # core is that driver, and a line it logs between the two writes lands glued
@@ -267,7 +270,6 @@ def split_line(text: str) -> LogLine:
 # process label and vLLM's prefix follow, and each part is its own line. Only
 # there: a worker never logs a request's text, so a logged prompt still
 # cannot start a line. The label's parts are bounded, so the search is linear.
-_RAY_WORKER_LEAD = re.compile(r"\((?:RayWorkerProc|RayWorkerWrapper) pid=[0-9]", re.ASCII)
 _GLUED = re.compile(
     r"\([A-Za-z_][\w-]{0,63} pid=[0-9]{1,9}(?:, ip=[^\s()]{0,63})?\) " + _PREFIX_BODY,
     re.ASCII)
@@ -279,14 +281,14 @@ def unglue(text: str) -> t.Iterator[str]:
     start = 0
     while True:
         line = split_line(text[start:start + _LEAD_MAX + _PREFIX_MAX])
-        if line.source is None or not _RAY_WORKER_LEAD.search(line.lead):
+        if line.source is None or not _RAY_WORKER.search(line.lead):
             break
         m = _GLUED.search(text, start + len(line.lead))
         if not m:
             break
         yield text[start:m.start()]
         start = m.start()
-    yield text[start:] if start else text
+    yield text[start:]
 
 
 class LogLines(object):
@@ -724,7 +726,6 @@ _EXC = re.compile(r"(?:^|\] |\)\s)((?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)):
 _NODE_RANK = re.compile(r"node[_-]rank[= ]+([1-9]\d*)\b")
 _WORKER_TP = re.compile(r"\(Worker(?:_DP\d+)?(?:_PP\d+)?_TP(\d+)")
 _RAY_NODE = re.compile(r"Ray runtime started|\bray start\b|\braylet\b")
-_RAY_WORKER = re.compile(r"\((?:RayWorkerProc|RayWorkerWrapper) pid=")
 _HEAD = re.compile(r"\((?:APIServer|EngineCore\w*) pid=|vLLM API server version|non-default args|"
                    r"Initializing an? (?:V1 )?LLM engine")
 _PENDING = re.compile(r"Waiting for creating a placement group")
