@@ -2,19 +2,24 @@
 # -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Probe a vLLM server's /health once, together with its systemd unit (logic: module_utils/vllm_health.py)."""
+"""Probe a vLLM server's /health, together with its systemd unit, once or until it is ready or dead
+(logic: module_utils/vllm_health.py, the wait: module_utils/polling.py)."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
 module: vllm_health_info
-short_description: Probe a vLLM server's /health once, and say whether its unit is still alive
+short_description: Probe a vLLM server's /health, and say whether its unit is still alive
 description:
-  - GETs the server's C(/health) once and reads the state of the systemd unit that runs it.
-  - Meant for C(until) loops that wait for a start. While vLLM loads, its port refuses
+  - GETs the server's C(/health) and reads the state of the systemd unit that runs it; once,
+    or with O(wait_s) again every O(poll_s) until it is ready or its unit is dead.
+  - Meant for waiting for a start. While vLLM loads, its port refuses
     connections; that is reported as RV(ready=false), not as a failure. When the unit has
-    stopped or failed, RV(dead) is true and RV(journal_tail) shows why, so the loop can end
-    at once instead of waiting out its timeout.
+    stopped or failed, RV(dead) is true and RV(journal_tail) shows why, so the wait ends
+    at once instead of running out its time.
+  - >-
+    A long wait is best split into calls of O(wait_s) under an C(until) loop with C(delay: 0):
+    the first 200 is seen within O(poll_s), and Ansible prints a retry line after each call.
   - When the unit is dead, RV(root_cause) names the exception that stopped it, read from the
     unit's last 1000 journal lines, so a failed start says why without reading the journal.
   - Proxy variables (C(http_proxy), C(https_proxy)) are ignored; the probe always connects directly.
@@ -34,6 +39,17 @@ options:
     description: How many of the unit's last journal lines to return when it is dead; 0 or more.
     type: int
     default: 20
+  wait_s:
+    description:
+      - Seconds to keep probing until /health answers 200 or the unit is dead; 0 probes once.
+      - 0 or more and at most 86400 (a day). A probe begun before the time is up runs to its end
+        (at most O(timeout)).
+    type: float
+    default: 0
+  poll_s:
+    description: Seconds to pause between two probes of a wait; positive and at most 86400.
+    type: float
+    default: 0.5
 attributes:
   check_mode:
     support: full
@@ -55,14 +71,17 @@ author:
 """
 
 EXAMPLES = r"""
+# Up to 15 minutes in calls of 30 s: the first 200 is seen within half a
+# second, and Ansible prints a retry line every 30 s.
 - name: Wait for /health, but stop as soon as the unit dies
   vllm_health_info:
     url: http://10.0.0.11:8000
     unit: vllm.service
+    wait_s: 30
   register: health
   until: health.ready or health.dead
-  retries: 180
-  delay: 5
+  retries: 29
+  delay: 0
 
 - name: Say why it died
   ansible.builtin.fail:
@@ -121,6 +140,18 @@ root_cause:
   returned: always
   type: str
   sample: "ValueError: current platform cpu does not support ray."
+waited_s:
+  description:
+    - Seconds from the first probe's start to the last one's end; a single probe's own time without O(wait_s).
+    - On a failure, the time until it.
+  returned: always
+  type: float
+  sample: 12.504
+polls:
+  description: How many times /health was probed (1 without O(wait_s); on a failure, the failing probe counted).
+  returned: always
+  type: int
+  sample: 25
 """
 
 import http.client
@@ -129,8 +160,10 @@ import urllib.error
 import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.polling import Poller
 from ansible.module_utils.systemd import active_since, parse_show
 from ansible.module_utils.vllm_health import (
+    POLL_S,
     HealthArgumentError,
     JournalEvidence,
     health_url,
@@ -146,6 +179,8 @@ ARGUMENT_SPEC = dict(
     unit=dict(type="str"),
     timeout=dict(type="int", default=5),
     journal_lines=dict(type="int", default=20),
+    wait_s=dict(type="float", default=0),
+    poll_s=dict(type="float", default=POLL_S),
 )
 
 # Never through a proxy: the server is on the fleet's own network.
@@ -201,29 +236,37 @@ def main():
     p = module.params
     result = dict(changed=False, ready=False, status=None, error="", unit_state=None, unit_result=None,
                   dead=False, journal_tail=[], root_cause=None, uptime_s=None)
+    poller = Poller(p["wait_s"], p["poll_s"], clock=time.monotonic, sleep=time.sleep)
 
     def fail(msg):
         # Every key comes back, dead included, so `until: x.ready or x.dead`
         # ends at once and shows msg instead of an undefined-key error.
-        module.fail_json(msg=msg, **dict(result, dead=True))
+        module.fail_json(msg=msg, **dict(result, dead=True, waited_s=poller.waited_s, polls=poller.polls))
 
     try:
-        validate_options(p["url"], p["timeout"], p["journal_lines"])
+        validate_options(p["url"], p["timeout"], p["journal_lines"], p["wait_s"], p["poll_s"])
     except HealthArgumentError as exc:
         fail(str(exc))
 
-    status, error = probe(p["url"], p["timeout"])
-    result.update(ready=is_ready(status), status=status, error=error)
-    if p["unit"]:
+    def probe_once():
+        """One poll: /health, then the unit; the unit's properties for the journal."""
+        status, error = probe(p["url"], p["timeout"])
+        result.update(ready=is_ready(status), status=status, error=error)
+        if not p["unit"]:
+            return {}
         props = unit_state(module, p["unit"], fail)
-        result["unit_state"] = props.get("ActiveState")
-        result["unit_result"] = props.get("Result")
-        result["dead"] = is_dead(props.get("ActiveState"))
         started = active_since(props)
-        result["uptime_s"] = None if started is None else round(max(0.0, time.time() - started), 3)
-        if result["dead"]:
-            evidence = journal(module, p["unit"], props.get("InvocationID"), p["journal_lines"])
-            result.update(journal_tail=evidence.tail, root_cause=evidence.root_cause)
+        result.update(unit_state=props.get("ActiveState"), unit_result=props.get("Result"),
+                      dead=is_dead(props.get("ActiveState")),
+                      # Read at the poll that first sees 200: the server's boot time.
+                      uptime_s=None if started is None else round(max(0.0, time.time() - started), 3))
+        return props
+
+    props = poller.until(probe_once, lambda _props: result["ready"] or result["dead"])
+    result.update(waited_s=poller.waited_s, polls=poller.polls)
+    if result["dead"]:
+        evidence = journal(module, p["unit"], props.get("InvocationID"), p["journal_lines"])
+        result.update(journal_tail=evidence.tail, root_cause=evidence.root_cause)
     module.exit_json(**result)
 
 

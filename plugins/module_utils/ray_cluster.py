@@ -17,6 +17,10 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 
+# The pause between two probes of a wait (ray_cluster_info's poll_s): each
+# probe starts a Python that imports Ray, a second or more of CPU on the head,
+# so they never run back to back.
+POLL_S = 1.0
 # The probe's line: this prefix, then ray.nodes() as JSON.
 PREFIX = "RAY_NODES_JSON="
 # Runs inside the engine's venv as the Ray user: prints ray.nodes() as JSON.

@@ -11,7 +11,9 @@ it, that is, exactly the lines vLLM wrote (real ones:
 prompt's U+2028 or form feed does not start a line, so what the prompt quotes
 after it cannot pass for an exception. :func:`root_cause` and
 :func:`journal_evidence` return for any input; :func:`validate_options` raises
-:class:`HealthArgumentError` and nothing else.
+:class:`HealthArgumentError` and nothing else. Waiting for a start (``wait_s``)
+is :class:`polling.Poller`'s: the module probes until :func:`is_ready` or
+:func:`is_dead`.
 """
 from __future__ import annotations
 
@@ -20,11 +22,15 @@ import urllib.parse
 from dataclasses import dataclass
 
 from ansible.module_utils.ansi import strip_ansi
+from ansible.module_utils.polling import PollArgumentError, validate_poll
 
 # Enough of a failed start to reach the first traceback behind the workers' ones.
 ROOT_CAUSE_WINDOW = 1000
 # The longest probe a socket accepts is about 9.2e9 s (OverflowError past it); a day is plenty.
 MAX_TIMEOUT_S = 86400
+# The pause between two probes of a wait: /health and `systemctl show` take
+# milliseconds, so the first 200 is seen within about this much.
+POLL_S = 0.5
 # A root cause is a summary, not the log.
 ROOT_CAUSE_MAX_CHARS = 500
 # The ActiveStates in which the server may still answer; any other means the
@@ -93,7 +99,7 @@ def _shown(value) -> str:
     return f"a {type(value).__name__}"
 
 
-def validate_options(url: str, timeout: int, journal_lines: int) -> None:
+def validate_options(url: str, timeout: int, journal_lines: int, wait_s: float = 0, poll_s: float = POLL_S) -> None:
     """Raise :class:`HealthArgumentError` (and nothing else) for a URL or number the probe cannot use."""
     if not _url_valid(url):
         raise HealthArgumentError(f"url must be the server's base URL, http(s)://HOST:PORT, got {_shown(url)}")
@@ -105,6 +111,10 @@ def validate_options(url: str, timeout: int, journal_lines: int) -> None:
             f"timeout must be at most {MAX_TIMEOUT_S} seconds (a day), got {_shown(timeout)}")
     if isinstance(journal_lines, bool) or not isinstance(journal_lines, int) or journal_lines < 0:
         raise HealthArgumentError(f"journal_lines must be 0 or more, got {_shown(journal_lines)}")
+    try:
+        validate_poll(wait_s, poll_s)
+    except PollArgumentError as exc:
+        raise HealthArgumentError(str(exc)) from None
 
 
 def health_url(url: str) -> str:

@@ -6,6 +6,7 @@ unless VLLM_FLEET_LAB=1, so `pytest tests/unit` stays fast and hermetic.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -13,7 +14,19 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from labtools import run_playbook  # noqa: E402
+from labtools import REPO, on_host, run_playbook  # noqa: E402
+
+# Every playbook run of the lab phase logs here (ansible-runner, molecule and the
+# shell all inherit the variable): its task timestamps say where a run's time
+# went, and its process ids count the runs (the budget in docs/lab.md).
+ANSIBLE_LOG = REPO / ".cache" / "lab-ansible.log"
+
+
+def pytest_configure(config):
+    if os.environ.get("VLLM_FLEET_LAB") == "1" and "ANSIBLE_LOG_PATH" not in os.environ:
+        ANSIBLE_LOG.parent.mkdir(exist_ok=True)
+        ANSIBLE_LOG.write_text("")
+        os.environ["ANSIBLE_LOG_PATH"] = str(ANSIBLE_LOG)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -55,6 +68,31 @@ def pytest_terminal_summary(terminalreporter):
     for phase, seconds in _PHASES.items():
         write(f"{phase:<48} {seconds / 60:6.1f} min  ({seconds:5.0f} s)")
     write(f"{'total':<48} {sum(_PHASES.values()) / 60:6.1f} min")
+    write(lab_counts())
     # Every test of a minute or more, slowest first: what a phase's growth came from.
     slowest = sorted(((n, s) for n, s in _TESTS.items() if s >= 60), key=lambda kv: -kv[1])
     write("tests of 60 s or more: " + "; ".join(f"{nodeid.split('::')[-1]} {s:.0f} s" for nodeid, s in slowest))
+
+
+def playbook_runs(log_text: str) -> int:
+    """ansible-playbook processes that ran a play, from Ansible's log lines
+    (``... p=PID u=USER n=ansible INFO| PLAY [name] ...``)."""
+    return len(set(re.findall(r" p=(\d+) u=\S+ n=ansible \w*\| PLAY \[", log_text)))
+
+
+# A head's API server prints its arguments once per start; a headless rank (mp
+# backend) runs no API server. systemd logs one "Started" per start of a unit.
+_BOOTS = "journalctl -o cat --no-pager -u vllm.service | grep -c '^(APIServer pid=[0-9]*) .*non-default args:'"
+_RAY_STARTS = "journalctl -o cat --no-pager -u ray.service | grep -c '^Started ray.service'"
+
+
+def lab_counts() -> str:
+    """The lab budget's counts for this run: whole-engine boots and Ray starts (the engine
+    hosts' persistent journals, which host-stop keeps) and playbook runs (Ansible's log)."""
+    boots = rays = 0
+    for host in ("lab1", "lab2"):
+        boots += int(on_host(host, _BOOTS).strip() or 0)
+        rays += int(on_host(host, _RAY_STARTS).strip() or 0)
+    log = Path(os.environ.get("ANSIBLE_LOG_PATH", ANSIBLE_LOG))
+    runs = playbook_runs(log.read_text(errors="replace")) if log.is_file() else 0
+    return f"counts: engine boots {boots}, Ray starts {rays}, playbook runs {runs} (budget: docs/lab.md)"

@@ -10,11 +10,16 @@ brings the lab up and takes it down itself.
 The order is the order the roles build on each other, so a scenario's
 prepare step finds its prerequisites in place and only checks them.
 
-The roles site.yml applies run only create, verify and destroy here: on these
-hosts, with this inventory, test_site.py's first converge was their converge
-and its second run (nothing changed) their idempotence step; so does
-serving_cutover, whose converge test_serving_modes.py ran under load. The
-others run molecule's whole sequence.
+A scenario runs only create, verify and destroy when another file of the
+same pytest run applies its role the same way, on these hosts with this
+inventory, and runs it again with changed=0: those runs are its converge
+and idempotence steps (CONVERGED_BY). Each such verify needs no converge
+step: it reads what those files left, or makes what it reads itself
+(vllm_restart plans; fleet_report, restart_schedule and vllm_diagnose run
+converge.yml's plays first). gate_service's verify needs the gate started,
+which test_serving_modes.py's cutover leaves only until its cutover back:
+that file runs the scenario there. Run without those files (make molecule),
+every scenario runs whole, gate_service's here.
 """
 from __future__ import annotations
 
@@ -40,22 +45,43 @@ ROLES_IN_ORDER = [
     "gate_service",
 ]
 
+# The file whose runs are a role's converge and idempotence steps. serving_endpoint has none:
+# its scenario converges an operator's consumer file, which no playbook run writes.
+CONVERGED_BY = {
+    # site.yml's first converge (test_first_converge_serves_tp2_over_ray_across_two_hosts) and
+    # its second run, changed=0 (test_second_run_changes_nothing); fleet_report as site.yml ends
+    # (playbooks/report.yml, after vllm_verify on the engines).
+    "gpu_preflight": "test_site.py",
+    "vllm_install": "test_site.py",
+    "ray_cluster": "test_site.py",
+    "vllm_server": "test_site.py",
+    "vllm_verify": "test_site.py",
+    "fleet_report": "test_site.py",
+    # test_both_cutovers_under_load_have_zero_errors_and_zero_fallbacks: the gate cutover (its
+    # gate_up.yml starts gate_service on the gate host), the direct cutover, each rerun with
+    # changed=0. serving_cutover's verify reads the end state they leave (direct mode, the gate
+    # archived), so it runs before gate_service's scenario would start the gate.
+    "serving_cutover": "test_serving_modes.py",
+    "gate_service": "test_serving_modes.py",
+    # test_when_degraded_finds_the_slow_down_restarts_and_cures_it_with_planned_fallbacks: its
+    # second run plans when-degraded on the cured engine, skips it as healthy, changes nothing.
+    "vllm_restart": "test_restart.py",
+    # test_the_cron_entry_runs_the_restart_through_ansible_runner_and_an_overlap_exits_75:
+    # schedule-restart.yml, then again with changed=0.
+    "restart_schedule": "test_restart.py",
+    # Every diagnose.yml run there (diagnose()): rc 0, changed=0.
+    "vllm_diagnose": "test_diagnose.py",
+}
+# Verified by that file itself, while the state the verify reads holds.
+VERIFIED_THERE = {"gate_service"}
+SHORT_SEQUENCE = "[create, verify, destroy]"
 
-# Converged here already, exactly as their converge.yml applies them: by site.yml's
-# engine.yml, and serving_cutover by test_serving_modes.py's cutovers under load
-# (its prepare and converge are a gate cutover and a direct one, idempotent), whose
-# end state (direct mode, the gate archived) its verify reads; so it runs before
-# gate_service's scenario starts the gate. The serving_endpoint and fleet_report
-# scenarios converge more than site.yml does (an operator's consumer file, a report
-# of their own, which their verify reads).
-SITE_ROLES = {"gpu_preflight", "vllm_install", "ray_cluster", "vllm_server", "vllm_verify", "serving_cutover"}
-SITE_ROLE_SEQUENCE = "[create, verify, destroy]"
 
-
-def molecule_test(role: str, timeout: int = 1800) -> subprocess.CompletedProcess:
+def molecule_test(role: str, short: bool, timeout: int = 1800) -> subprocess.CompletedProcess:
+    """``molecule test`` in roles/<role>/; with ``short``, create, verify and destroy only."""
     env = {
         **os.environ,
-        **({"VLLM_FLEET_MOLECULE_SEQUENCE": SITE_ROLE_SEQUENCE} if role in SITE_ROLES else {}),
+        **({"VLLM_FLEET_MOLECULE_SEQUENCE": SHORT_SEQUENCE} if short else {}),
         # molecule runs ansible-config and ansible-playbook from PATH.
         "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
         "NO_COLOR": "1",
@@ -68,19 +94,29 @@ def molecule_test(role: str, timeout: int = 1800) -> subprocess.CompletedProcess
     )
 
 
-@pytest.mark.parametrize("role", ROLES_IN_ORDER)
-def test_role_scenario(role):
-    r = molecule_test(role)
+def assert_scenario_passed(role: str, r: subprocess.CompletedProcess, short: bool) -> None:
     out = r.stdout + r.stderr
     tail = "\n".join(out.splitlines()[-80:])
     assert r.returncode == 0, f"molecule test failed for {role}:\n{tail}"
-    # Every step ran, none was skipped for a missing playbook, and (for the
-    # roles site.yml does not apply) the idempotence step passed.
+    # Every step ran, none was skipped for a missing playbook, and (run whole)
+    # the idempotence step passed.
     recap = re.search(r"^default\s*: actions=(\d+)\s+successful=(\d+)\s+disabled=(\d+)\s+skipped=(\d+)"
                       r"\s+missing=(\d+)\s+failed=(\d+)", out, re.M)
     assert recap, f"no scenario recap in molecule's output:\n{tail}"
     actions, successful, _disabled, skipped, missing, failed = map(int, recap.groups())
     assert (failed, missing, skipped) == (0, 0, 0) and successful == actions, recap.group(0)
-    if role not in SITE_ROLES:
+    if short:
+        assert not re.search(r"default (?:>|➜) converge:", out), f"{role}: the short sequence ran converge:\n{tail}"
+    else:
         assert re.search(r"default (?:>|➜) idempotence: Executed: Successful", out), tail
     assert re.search(r"default (?:>|➜) verify: Executed: Successful", out), tail
+
+
+@pytest.mark.parametrize("role", ROLES_IN_ORDER)
+def test_role_scenario(role, request):
+    in_this_run = {item.path.name for item in request.session.items}
+    converged_by = CONVERGED_BY.get(role)
+    if role in VERIFIED_THERE and converged_by in in_this_run:
+        pytest.skip(f"{converged_by} runs it on the state its converge left")
+    short = converged_by in in_this_run
+    assert_scenario_passed(role, molecule_test(role, short), short)

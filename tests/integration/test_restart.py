@@ -328,10 +328,12 @@ def test_gate_mode_one_engine_the_hold_loses_no_request(client, play, tmp_path):
 
 
 def test_the_cron_entry_runs_the_restart_through_ansible_runner_and_an_overlap_exits_75(client, play, tmp_path):
-    """7. schedule-restart.yml writes the entry; its exact command line, run as cron runs it,
-    does the restart through ansible-runner (status successful, rc 0, the report in set_stats);
-    a second run while the first holds the lock exits 75. (The entry's idempotence and removal:
-    the restart_schedule molecule scenario.)"""
+    """7. schedule-restart.yml writes the entry, and a second run changes nothing (the
+    restart_schedule scenario's converge and idempotence); its exact command line, run as cron
+    runs it, does the restart through ansible-runner (status successful, rc 0, the report in
+    set_stats); an overlapping run, while the first holds the lock, exits 75. (The entry's
+    content, a venv without ansible-runner refused, and the entry's removal: the
+    restart_schedule molecule scenario.)"""
     cron_file = tmp_path / "vllm-fleet-restart"
     private = tmp_path / "runner"
     summary_file = tmp_path / "restart.log"
@@ -339,6 +341,8 @@ def test_the_cron_entry_runs_the_restart_through_ansible_runner_and_an_overlap_e
                 "restart_schedule_inventory": str(LAB_INVENTORY), "restart_schedule_summary_file": str(summary_file),
                 "restart_schedule_project_dir": str(REPO)}
     assert play("playbooks/schedule-restart.yml", extravars=schedule).rc == 0
+    again = play("playbooks/schedule-restart.yml", extravars=schedule)
+    assert again.rc == 0 and again.changed() == {}, f"a second run changed {again.changed()}"
     (line,) = [x for x in cron_file.read_text().splitlines() if x and not re.match(r"#|[A-Z_]+=", x)]
     fields = line.split(None, 6)
     assert fields[5] == "root"

@@ -4,6 +4,10 @@ request and falls back to a fallback model on failure.
 
 Needs a converged lab (test_site.py runs first; the module fixture converges
 again if run alone).
+
+The gate cutover and its rerun are gate_service's converge and idempotence:
+its molecule scenario's verify runs here, on the gate that cutover started
+(tests/integration/test_molecule.py).
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import pytest
 
 from labtools import files_holding, finish, interrupt, lab_sh, secret_values, start_playbook
 from openai_suite import run_suite
+from test_molecule import assert_scenario_passed, molecule_test
 
 pytestmark = pytest.mark.lab
 
@@ -113,6 +118,10 @@ def test_both_cutovers_under_load_have_zero_errors_and_zero_fallbacks(client, pl
     # the official client's suite, here and again after the cutover back.
     gate_url, model, gate_key = consumer_endpoint()
     via_gate = run_suite(gate_url, model, gate_key)
+    # gate_service's scenario on the gate the two runs above started (its converge and
+    # idempotence), under load: create, verify, destroy. Checked after the cutover back, so
+    # that a failure leaves the lab in direct mode for the next tests.
+    gate_scenario = molecule_test("gate_service", short=True, timeout=600)
 
     r = play("playbooks/direct-cutover.yml", "-e", "vllm_fleet_confirm=direct")
     assert r.rc == 0
@@ -132,6 +141,7 @@ def test_both_cutovers_under_load_have_zero_errors_and_zero_fallbacks(client, pl
     assert s["outcomes"].get("fallback", 0) == 0, s
     assert s["outcomes"].get("error", 0) == 0, s
     assert s["by_mode"]["gate"]["ok"] > 0 and s["by_mode"]["direct"]["ok"] > 0
+    assert_scenario_passed("gate_service", gate_scenario, short=True)
 
 
 def test_a_cutover_with_a_wedged_engine_leaves_the_consumers_where_they_were(client, play):

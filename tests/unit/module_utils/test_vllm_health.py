@@ -263,3 +263,21 @@ def test_bad_options(url, timeout, journal_lines, msg):
     with pytest.raises(health.HealthArgumentError) as exc:
         health.validate_options(url, timeout, journal_lines)
     assert str(exc.value) == msg
+
+
+@pytest.mark.parametrize("wait_s, poll_s, msg", [
+    (-1, 0.5, "wait_s must be 0 (probe once) or a positive number of seconds, got -1"),
+    (86400.5, 0.5, "wait_s must be at most 86400 seconds (a day), got 86400.5"),
+    (30, 0, "poll_s must be a positive number of seconds, got 0"),
+    (30, float("inf"), "poll_s must be at most 86400 seconds (a day), got inf"),
+])
+def test_bad_wait_options_are_the_health_error(wait_s, poll_s, msg):
+    # polling.py words them; the module still catches one error type.
+    with pytest.raises(health.HealthArgumentError) as exc:
+        health.validate_options("http://127.0.0.1:8000", 5, 20, wait_s, poll_s)
+    assert str(exc.value) == msg
+
+
+def test_the_default_wait_probes_once():
+    assert health.validate_options("http://127.0.0.1:8000", 5, 20) is None
+    assert health.validate_options("http://127.0.0.1:8000", 5, 20, 0, health.POLL_S) is None
