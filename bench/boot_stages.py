@@ -9,7 +9,10 @@ engine initialises (model, KV pool) and the API server answers. Per start of
 timestamps (``journalctl -o short-iso-precise``):
 
     api_import   unit started -> the API server's first line (vLLM imported)
-    engine_core  -> the engine core's first line (spawned: imports vLLM again)
+    config       -> "Resolved architecture" (the model's config; a new install
+                 inspects the model class in a subprocess once, then caches it)
+    engine_core  -> the engine core's first line (spawned, it imports vLLM again;
+                 forked, it starts at once)
     ray_workers  -> a Ray worker's first line (actor process started, vLLM imported)
     init         -> the engine core's "init engine ... took" line
     serving      -> the API server's "Application startup complete"
@@ -33,7 +36,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-STAGES = ("api_import", "engine_core", "ray_workers", "init", "serving")
+STAGES = ("api_import", "config", "engine_core", "ray_workers", "init", "serving")
 _LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)[+-]\d{2}:?\d{2} \S+ ([^:]+): (.*)$")
 # short-precise (no year): "Dec 04 11:08:03.123456 lab1 vllm[469]: ..."
 _SHORT = re.compile(r"^([A-Z][a-z]{2} \d\d \d\d:\d\d:\d\d\.\d+) \S+ ([^:]+): (.*)$")
@@ -49,6 +52,7 @@ def _parse(line: str):
 # What marks the end of each stage, in the order they come.
 _MARKS = (
     ("api_import", re.compile(r"\(APIServer pid=\d+\) ")),
+    ("config", re.compile(r"\(APIServer pid=\d+\) .*Resolved architecture")),
     ("engine_core", re.compile(r"\(EngineCore(?:_DP\d+)? pid=\d+\) ")),
     ("ray_workers", re.compile(r"\(RayWorkerProc pid=\d+")),
     ("init", re.compile(r"init engine .* took ")),
