@@ -18,8 +18,9 @@ step: it reads what those files left, or makes what it reads itself
 (vllm_restart plans; fleet_report, restart_schedule and vllm_diagnose run
 converge.yml's plays first). gate_service's verify needs the gate started,
 which test_serving_modes.py's cutover leaves only until its cutover back:
-that file runs the scenario there. Run without those files (make molecule),
-every scenario runs whole, gate_service's here.
+that file runs the scenario there, and its test here checks that run. Run
+without those files (make molecule), every scenario runs whole, gate_service's
+here.
 """
 from __future__ import annotations
 
@@ -72,8 +73,10 @@ CONVERGED_BY = {
     # Every diagnose.yml run there (diagnose()): rc 0, changed=0.
     "vllm_diagnose": "test_diagnose.py",
 }
-# Verified by that file itself, while the state the verify reads holds.
+# Verified by that file itself, while the state the verify reads holds; it leaves the
+# scenario's run here (RAN_THERE), and this file's test for the role checks it.
 VERIFIED_THERE = {"gate_service"}
+RAN_THERE: dict[str, subprocess.CompletedProcess] = {}
 SHORT_SEQUENCE = "[create, verify, destroy]"
 
 
@@ -116,7 +119,11 @@ def assert_scenario_passed(role: str, r: subprocess.CompletedProcess, short: boo
 def test_role_scenario(role, request):
     in_this_run = {item.path.name for item in request.session.items}
     converged_by = CONVERGED_BY.get(role)
-    if role in VERIFIED_THERE and converged_by in in_this_run:
-        pytest.skip(f"{converged_by} runs it on the state its converge left")
     short = converged_by in in_this_run
+    if role in VERIFIED_THERE and short:
+        # Nothing skipped: the run that file made is checked here too (a failure before it
+        # ran fails this test).
+        assert role in RAN_THERE, f"{converged_by} did not run {role}'s scenario"
+        assert_scenario_passed(role, RAN_THERE[role], short)
+        return
     assert_scenario_passed(role, molecule_test(role, short), short)

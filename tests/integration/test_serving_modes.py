@@ -19,7 +19,7 @@ import pytest
 
 from labtools import files_holding, finish, interrupt, lab_sh, secret_values, start_playbook
 from openai_suite import run_suite
-from test_molecule import assert_scenario_passed, molecule_test
+from test_molecule import RAN_THERE, assert_scenario_passed, molecule_test
 
 pytestmark = pytest.mark.lab
 
@@ -121,7 +121,7 @@ def test_both_cutovers_under_load_have_zero_errors_and_zero_fallbacks(client, pl
     # gate_service's scenario on the gate the two runs above started (its converge and
     # idempotence), under load: create, verify, destroy. Checked after the cutover back, so
     # that a failure leaves the lab in direct mode for the next tests.
-    gate_scenario = molecule_test("gate_service", short=True, timeout=600)
+    gate_scenario = RAN_THERE["gate_service"] = molecule_test("gate_service", short=True, timeout=600)
 
     r = play("playbooks/direct-cutover.yml", "-e", "vllm_fleet_confirm=direct")
     assert r.rc == 0
