@@ -80,10 +80,12 @@ test: $(STAMP) ## Everything CI runs: lint, syntax, unit tests (the lab builds m
 # integration test, and teardown even when a test fails. The files run in a
 # day's order: the hosts, then site.yml from bare hosts, then the serving modes,
 # then every role's molecule scenario on the hosts those left converged, then
-# the rolling restarts under load, then the diagnosis, which leaves the engine
-# with the field's small pool.
+# the rolling restarts under load (ending as two one-host engines), then a down
+# worker and the mp backend, then the diagnosis (back to Ray), which leaves the
+# engine with the field's small pool.
 LAB_TESTS := tests/integration/test_lab_hosts.py tests/integration/test_site.py tests/integration/test_serving_modes.py \
-             tests/integration/test_molecule.py tests/integration/test_restart.py tests/integration/test_diagnose.py \
+             tests/integration/test_molecule.py tests/integration/test_restart.py tests/integration/test_backends.py \
+             tests/integration/test_diagnose.py \
              tests/integration/test_security.py
 lab-e2e: $(STAMP) lab-deps ## The lab end to end: fresh hosts, every integration test and molecule scenario, teardown
 	@echo ">> lab end to end (tests/integration): fresh hosts, then site.yml and friends"

@@ -153,6 +153,11 @@ def on_host(host: str, cmd: str) -> str:
     return lab_sh("ssh", host, cmd, check=False).stdout
 
 
+def invocation(host: str, unit: str) -> str:
+    """The unit's InvocationID: it changes with every start."""
+    return on_host(host, f"systemctl show -p InvocationID --value {unit}").strip()
+
+
 def stop_engines() -> None:
     """Stop vLLM and Ray on the lab's engine hosts, so the next converge may give them another
     shape (docs/provisioning.md: moving a host between engines)."""

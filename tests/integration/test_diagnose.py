@@ -1,7 +1,8 @@
 """The field story, reproduced: playbooks/diagnose.yml tells a full KV pool
 from a degraded engine, a preempting one and a wedged one.
 
-Runs last in `make test` (after the molecule scenarios): it resizes the lab
+Runs last of the engine tests in `make test` (after test_backends.py's mp
+backend, which its engine play takes back to Ray): it resizes the lab
 engine's pool to the field's 2.31 sessions and ends with full-prompt
 admission off, and leaves it so; `site.yml` puts the inventory's engine back.
 
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from labtools import REPO, engine_key, lab_args, lab_sh, said, stop_engines
+from labtools import REPO, engine_key, invocation, lab_args, lab_sh, on_host, said, stop_engines
 
 BASE_URL = "http://10.200.0.11:8000"
 SMALL_POOL = lab_args(num_gpu_blocks_override=37, max_num_batched_tokens=512)
@@ -33,12 +34,20 @@ SESSION_MAX_TOKENS = 100
 pytestmark = pytest.mark.usefixtures("small_pool")
 
 
+def two_one_host_engines() -> bool:
+    """Whether lab2 serves an engine of its own (test_restart.py's two-engine shape)."""
+    return "--headless" not in on_host("lab2", "ps -eo args") and \
+        on_host("lab2", "systemctl is-active vllm.service").strip() == "active"
+
+
 @pytest.fixture(scope="module")
 def small_pool(play):
-    """The lab's TP2 engine started with the field's pool, from whatever shape the earlier
-    tests left (test_restart.py ends with two one-host engines): stopped, then site.yml's
-    engine play."""
-    stop_engines()
+    """The lab's TP2 engine over Ray started with the field's pool by site.yml's engine play,
+    from the shape the earlier tests left: in `make test`, test_backends.py's mp backend (the
+    play switches it back to Ray itself); run after test_restart.py alone, its two one-host
+    engines, stopped first (moving hosts between engines, docs/provisioning.md)."""
+    if two_one_host_engines():
+        stop_engines()
     r = play("playbooks/engine.yml", extravars=SMALL_POOL)
     assert r.rc == 0, "the small-pool engine did not start and verify"
     return r
@@ -121,6 +130,13 @@ class Sessions:
         pytest.fail(f"no {what} within {timeout} s: last /metrics {m}, errors {self.errors}")
 
 
+def test_the_engine_runs_over_ray_again():
+    """From the mp backend test_backends.py leaves, the engine play went back to Ray, the
+    production path: a whole-engine restart with the worker's Ray node, no headless rank."""
+    assert "RayWorkerProc" in on_host("lab2", "ps -eo args")
+    assert "--headless" not in on_host("lab2", "ps -eo args")
+
+
 def test_the_report_states_the_fields_pool(play, tmp_path):
     """1. The seed's pool: 4,736 tokens, 2 full-context sessions; quiet, the engine is healthy."""
     v = diagnose(play, tmp_path)
@@ -199,9 +215,15 @@ def test_slow_prefill_reads_degraded(play, tmp_path):
 
 
 def test_reserve_off_is_refused_and_reads_preempting(play, tmp_path):
-    """3. Full-prompt admission off: the flags check refuses it, and under three sessions the
-    engine preempts; the diagnosis names the flag."""
+    """3. Full-prompt admission off, a changed flag: the whole engine restarts, the flags check
+    refuses it, and under three sessions the engine preempts; the diagnosis names the flag."""
+    head_before = invocation("lab1", "vllm.service")
+    ray_before = invocation("lab2", "ray.service")
     r = play("playbooks/engine.yml", extravars=RESERVE_OFF)
+    # A changed flag restarts the whole engine, the worker's Ray node with it, and the
+    # verification after it reads the running flags.
+    assert invocation("lab1", "vllm.service") != head_before
+    assert invocation("lab2", "ray.service") != ray_before, "the worker's Ray node was not restarted with its engine"
     assert r.rc != 0, "the flags check accepted --no-scheduler-reserve-full-isl"
     assert "scheduler_reserve_full_isl: expected true, running false" in r.stdout
     before = scrape()

@@ -10,10 +10,11 @@ brings the lab up and takes it down itself.
 The order is the order the roles build on each other, so a scenario's
 prepare step finds its prerequisites in place and only checks them.
 
-A scenario runs only create, verify and destroy when another file of the
-same pytest run applies its role the same way, on these hosts with this
-inventory, and runs it again with changed=0: those runs are its converge
-and idempotence steps (CONVERGED_BY). Each such verify needs no converge
+A scenario runs only its verify step when another file of the same pytest
+run applies its role the same way, on these hosts with this inventory, and
+runs it again with changed=0: those runs are its converge and idempotence
+steps (CONVERGED_BY). Its create and destroy would only find the lab up and
+leave it up (tests/molecule/), two playbook runs of nothing each. Each such verify needs no converge
 step: it reads what those files left, or makes what it reads itself
 (vllm_restart plans; fleet_report, restart_schedule and vllm_diagnose run
 converge.yml's plays first). gate_service's verify needs the gate started,
@@ -77,11 +78,11 @@ CONVERGED_BY = {
 # scenario's run here (RAN_THERE), and this file's test for the role checks it.
 VERIFIED_THERE = {"gate_service"}
 RAN_THERE: dict[str, subprocess.CompletedProcess] = {}
-SHORT_SEQUENCE = "[create, verify, destroy]"
+SHORT_SEQUENCE = "[verify]"
 
 
 def molecule_test(role: str, short: bool, timeout: int = 1800) -> subprocess.CompletedProcess:
-    """``molecule test`` in roles/<role>/; with ``short``, create, verify and destroy only."""
+    """``molecule test`` in roles/<role>/; with ``short``, its verify step only."""
     env = {
         **os.environ,
         **({"VLLM_FLEET_MOLECULE_SEQUENCE": SHORT_SEQUENCE} if short else {}),

@@ -268,11 +268,13 @@ def test_a_worker_lost_mid_restart_fails_the_run_naming_it_and_the_consumers_sta
     assert s["outcomes"].get("error", 0) == 0 and s["outcomes"].get("fallback", 0) == 0, s
 
 
-def test_a_failure_mid_restart_leaves_the_consumers_on_the_fallback_and_a_rerun_converges(client, play, tmp_path):
+def test_a_failure_mid_restart_leaves_the_consumers_on_the_fallback(client, play, tmp_path):
     """6. `vllm` made unexecutable on the head (a broken upgrade; the lab's model is on a
-    read-only mount): the run fails naming the step after Ray restarted, the consumers stay on
-    the fallback with zero errors, and a rerun after the fix converges. (The engine is already
-    broken here and the consumers on the fallback: the test above lost lab2 mid-restart.)"""
+    read-only mount): the run fails naming the step after Ray restarted, and the consumers stay
+    on the fallback with zero errors. (The engine is already broken here and the consumers on
+    the fallback: the test above lost lab2 mid-restart.) The rerun after the fix is the cron
+    entry's run, the next test: when-degraded reads the engine down, restarts it and brings the
+    consumers back."""
     assert on_host("lab1", f"chmod a-x {VLLM_BIN} && test ! -x {VLLM_BIN} && echo ok").strip() == "ok"
     try:
         r, report = restart(play, tmp_path, "-e", "restart_policy=always")
@@ -287,11 +289,62 @@ def test_a_failure_mid_restart_leaves_the_consumers_on_the_fallback_and_a_rerun_
                  "answers from the fallback")
     finally:
         on_host("lab1", f"chmod 755 {VLLM_BIN}")
-    # The engine is down now: when-degraded restarts it and brings the consumers back.
-    r, report = restart(play, tmp_path)
-    assert r.rc == 0
+
+
+def test_the_cron_entry_runs_the_restart_through_ansible_runner_and_an_overlap_exits_75(client, play, tmp_path):
+    """7. schedule-restart.yml writes the entry, and a second run changes nothing (the
+    restart_schedule scenario's converge and idempotence); its exact command line, run as cron
+    runs it, does the restart through ansible-runner (status successful, rc 0, the report in
+    set_stats); an overlapping run, while the first holds the lock, exits 75. (The entry's
+    content, a venv without ansible-runner refused, and the entry's removal: the
+    restart_schedule molecule scenario.)
+
+    It is also the rerun after the failure test above, which left the engine down and the
+    consumers on the fallback: when-degraded reads it down, restarts it, and brings them back
+    with zero errors and zero fallbacks of their own."""
+    since = now_ts()
+    assert f"OPENAI_BASE_URL={FALLBACK_URL}" in endpoint_env(), "the failure test leaves the consumers on the fallback"
+    cron_file = tmp_path / "vllm-fleet-restart"
+    private = tmp_path / "runner"
+    summary_file = tmp_path / "restart.log"
+    schedule = {"restart_schedule_cron_file": str(cron_file), "restart_schedule_private_dir": str(private),
+                "restart_schedule_inventory": str(LAB_INVENTORY), "restart_schedule_summary_file": str(summary_file),
+                "restart_schedule_project_dir": str(REPO)}
+    assert play("playbooks/schedule-restart.yml", extravars=schedule).rc == 0
+    again = play("playbooks/schedule-restart.yml", extravars=schedule)
+    assert again.rc == 0 and again.changed() == {}, f"a second run changed {again.changed()}"
+    (line,) = [x for x in cron_file.read_text().splitlines() if x and not re.match(r"#|[A-Z_]+=", x)]
+    fields = line.split(None, 6)
+    assert fields[5] == "root"
+    command = fields[6].replace("\\%", "%")  # cron turns "\%" back into "%"
+    cron_env = {"PATH": "/usr/bin:/bin", "HOME": "/root", "SHELL": "/bin/sh", "LANG": "C.UTF-8"}
+    run = subprocess.run(["/bin/sh", "-c", command], env=cron_env, capture_output=True, text=True, timeout=1200)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    (ident,) = [p.name for p in (private / "artifacts").iterdir()]
+    assert re.fullmatch(r"\d{8}T\d{6}Z", ident)
+    artifacts = private / "artifacts" / ident
+    assert (artifacts / "status").read_text().strip() == "successful"
+    assert (artifacts / "rc").read_text().strip() == "0"
+    stats = [json.loads(p.read_text()) for p in (artifacts / "job_events").glob("*.json")]
+    stats = [e for e in stats if e.get("event") == "playbook_on_stats"]
+    report = stats[0]["event_data"]["artifact_data"]["vllm_restart_report"] if stats else {}
+    assert report.get("outcome") == "succeeded", report
     assert report["engines"][0]["outcome"] == "restarted" and report["engines"][0]["verdict"] == "down", report
-    back_on_the_engine_with_nothing_lost(since, what="answers from the engine again")
+    assert not (private / "env" / "cmdline").exists(), "ansible-runner left an env/cmdline for later runs"
+    # artifacts/<ident>/command holds the whole environment, job_events every task's result.
+    assert files_holding(private, secret_values()) == []
+    assert re.search(r"rolling restart succeeded, policy when-degraded: engine_lab ", summary_file.read_text())
+    # An overlap: the next run finds the lock held and exits 75, not 1.
+    lock = re.search(r"flock -n -E 75 (\S+)", command).group(1)
+    holder = subprocess.Popen(["flock", lock, "sleep", "60"])
+    try:
+        wait_for(lambda: subprocess.run(["flock", "-n", lock, "true"]).returncode != 0, 10, "the lock held")
+        overlap = subprocess.run(["/bin/sh", "-c", command], env=cron_env, capture_output=True, text=True, timeout=60)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert overlap.returncode == 75, overlap
+    back_on_the_engine_with_nothing_lost(since, via=FALLBACK_URL, what="answers from the engine again")
 
 
 def client_summary(log: str) -> dict:
@@ -327,59 +380,12 @@ def test_gate_mode_one_engine_the_hold_loses_no_request(client, play, tmp_path):
     assert s["latency_ms"]["ok"]["max"] > 20000, s["latency_ms"]
 
 
-def test_the_cron_entry_runs_the_restart_through_ansible_runner_and_an_overlap_exits_75(client, play, tmp_path):
-    """7. schedule-restart.yml writes the entry, and a second run changes nothing (the
-    restart_schedule scenario's converge and idempotence); its exact command line, run as cron
-    runs it, does the restart through ansible-runner (status successful, rc 0, the report in
-    set_stats); an overlapping run, while the first holds the lock, exits 75. (The entry's
-    content, a venv without ansible-runner refused, and the entry's removal: the
-    restart_schedule molecule scenario.)"""
-    cron_file = tmp_path / "vllm-fleet-restart"
-    private = tmp_path / "runner"
-    summary_file = tmp_path / "restart.log"
-    schedule = {"restart_schedule_cron_file": str(cron_file), "restart_schedule_private_dir": str(private),
-                "restart_schedule_inventory": str(LAB_INVENTORY), "restart_schedule_summary_file": str(summary_file),
-                "restart_schedule_project_dir": str(REPO)}
-    assert play("playbooks/schedule-restart.yml", extravars=schedule).rc == 0
-    again = play("playbooks/schedule-restart.yml", extravars=schedule)
-    assert again.rc == 0 and again.changed() == {}, f"a second run changed {again.changed()}"
-    (line,) = [x for x in cron_file.read_text().splitlines() if x and not re.match(r"#|[A-Z_]+=", x)]
-    fields = line.split(None, 6)
-    assert fields[5] == "root"
-    command = fields[6].replace("\\%", "%")  # cron turns "\%" back into "%"
-    cron_env = {"PATH": "/usr/bin:/bin", "HOME": "/root", "SHELL": "/bin/sh", "LANG": "C.UTF-8"}
-    run = subprocess.run(["/bin/sh", "-c", command], env=cron_env, capture_output=True, text=True, timeout=1200)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
-    (ident,) = [p.name for p in (private / "artifacts").iterdir()]
-    assert re.fullmatch(r"\d{8}T\d{6}Z", ident)
-    artifacts = private / "artifacts" / ident
-    assert (artifacts / "status").read_text().strip() == "successful"
-    assert (artifacts / "rc").read_text().strip() == "0"
-    stats = [json.loads(p.read_text()) for p in (artifacts / "job_events").glob("*.json")]
-    stats = [e for e in stats if e.get("event") == "playbook_on_stats"]
-    assert stats and stats[0]["event_data"]["artifact_data"]["vllm_restart_report"]["outcome"] == "succeeded"
-    assert not (private / "env" / "cmdline").exists(), "ansible-runner left an env/cmdline for later runs"
-    # artifacts/<ident>/command holds the whole environment, job_events every task's result.
-    assert files_holding(private, secret_values()) == []
-    assert re.search(r"rolling restart succeeded, policy when-degraded: engine_lab ", summary_file.read_text())
-    # An overlap: the next run finds the lock held and exits 75, not 1.
-    lock = re.search(r"flock -n -E 75 (\S+)", command).group(1)
-    holder = subprocess.Popen(["flock", lock, "sleep", "60"])
-    try:
-        wait_for(lambda: subprocess.run(["flock", "-n", lock, "true"]).returncode != 0, 10, "the lock held")
-        overlap = subprocess.run(["/bin/sh", "-c", command], env=cron_env, capture_output=True, text=True, timeout=60)
-    finally:
-        holder.kill()
-        holder.wait()
-    assert overlap.returncode == 75, overlap
-
-
 def test_two_engines_restart_one_after_the_other_with_zero_failed_requests(client, play, tmp_path):
     """2. The lab as two one-host engines: engine_b (no consumer uses it) restarts first with
     nothing to drain, then engine_a, the consumers' engine, with them repointed at engine_b and
     back; zero failed requests. Leaves the lab in that shape for the gate-mode test below, and
-    test_diagnose.py's fixture reshapes it to the TP2 engine with the field's pool (one converge
-    instead of two).
+    test_backends.py reshapes it into the TP2 engine on the mp backend (one converge instead of
+    two).
 
     Moving a host from one engine to another needs both engines stopped first (a known gap:
     the Ray unit's new role is waited for before the whole-engine restart; docs/provisioning.md)."""

@@ -119,7 +119,7 @@ def test_both_cutovers_under_load_have_zero_errors_and_zero_fallbacks(client, pl
     gate_url, model, gate_key = consumer_endpoint()
     via_gate = run_suite(gate_url, model, gate_key)
     # gate_service's scenario on the gate the two runs above started (its converge and
-    # idempotence), under load: create, verify, destroy. Checked after the cutover back, so
+    # idempotence), under load: its verify. Checked after the cutover back, so
     # that a failure leaves the lab in direct mode for the next tests.
     gate_scenario = RAN_THERE["gate_service"] = molecule_test("gate_service", short=True, timeout=600)
 

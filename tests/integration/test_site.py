@@ -1,7 +1,10 @@
 """site.yml against the lab: a real TP2 engine over Ray across lab1 and lab2.
 
 The tests run in file order and build on each other, as an operator's day
-would: converge, converge again, check mode, change a flag, lose a worker.
+would: converge, converge again, check mode, bad input refused. A changed
+flag's whole-engine restart is test_diagnose.py's full-prompt admission
+turned off; a down worker and the mp backend are test_backends.py's, after
+the two-engine restarts (one engine play for both reshapes).
 """
 from __future__ import annotations
 
@@ -14,13 +17,9 @@ import pytest
 
 pytestmark = pytest.mark.lab
 
-from labtools import REPO, lab_args, lab_sh, on_host, plain, said
+from labtools import REPO, invocation, lab_args, lab_sh, on_host, plain, said
 
 REPORT = REPO / "reports" / "site-report.json"
-def invocation(host: str, unit: str) -> str:
-    return on_host(host, f"systemctl show -p InvocationID --value {unit}").strip()
-
-
 def test_first_converge_serves_tp2_over_ray_across_two_hosts(play):
     r = play("site.yml")
     assert r.rc == 0, "site.yml failed on the lab"
@@ -168,51 +167,3 @@ def test_verify_refuses_a_context_the_engine_does_not_serve(play):
     assert "Maximum concurrency for 2048 tokens per request" in r.stdout
     assert "vllm_fleet_context_tokens 1024" in r.stdout
     assert r.changed() == {}
-
-
-def test_a_changed_flag_restarts_the_whole_engine_and_verifies(play):
-    head_before = invocation("lab1", "vllm.service")
-    ray_before = invocation("lab2", "ray.service")
-    r = play("site.yml", extravars=lab_args(max_num_seqs=8))
-    assert r.rc == 0
-    assert invocation("lab1", "vllm.service") != head_before
-    assert invocation("lab2", "ray.service") != ray_before, "the worker's Ray node was not restarted with its engine"
-    assert "max_num_seqs" in r.stdout
-    # The engine stays on max_num_seqs 8: the next test's converge brings it
-    # back to the inventory's flags (one whole-engine restart for both).
-
-
-def test_a_down_worker_stops_the_play_before_any_restart(play):
-    """Runs on the engine the test above changed. The next converge, once the
-    worker is back, recovers the whole engine into vLLM's own multi-node mode
-    (--nnodes, --headless worker), the alternative backend, with the
-    inventory's flags: one whole-engine restart for the recovery, the flags
-    and the backend. (A Ray group recovered by a rerun: test_restart.py's
-    lost worker and failure tests.)"""
-    head_before = invocation("lab1", "vllm.service")
-    lab_sh("fault", "host-stop", "lab2")
-    try:
-        r = play("site.yml", extravars=lab_args(max_num_seqs=4))
-        assert r.rc != 0
-        assert "lab2" in r.stdout and "Nothing was changed" in r.stdout
-        assert invocation("lab1", "vllm.service") == head_before, "the head was restarted without its worker"
-    finally:
-        lab_sh("fault", "host-start", "lab2")
-    r = play("site.yml", extravars={"vllm_server_backend": "mp"})
-    assert r.rc == 0
-    report = json.loads(REPORT.read_text())
-    (engine,) = report["engines"]
-    assert engine["flags"]["distributed_executor_backend"] == "mp"
-    assert int(engine["flags"]["tensor_parallel_size"]) == 2
-    assert report["sample_completion"]["text"]
-    assert "--headless" in on_host("lab2", "ps -eo args")
-    assert "raylet" not in on_host("lab1", "ps -eo args") + on_host("lab2", "ps -eo args")
-    assert "--max-num-seqs 8" not in on_host("lab1", "ps -eo args")
-
-
-def test_the_mp_backend_goes_back_to_ray(play):
-    """From the mp backend the test above left, back to Ray, the production
-    path: a whole-engine restart with the worker's Ray node."""
-    assert play("site.yml").rc == 0
-    assert "RayWorkerProc" in on_host("lab2", "ps -eo args")
-    assert "--headless" not in on_host("lab2", "ps -eo args")
