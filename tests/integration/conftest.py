@@ -23,6 +23,9 @@ ANSIBLE_LOG = REPO / ".cache" / "lab-ansible.log"
 
 
 def pytest_configure(config):
+    # Not for a session that only collects: it would empty the log of a run going on.
+    if config.option.collectonly:
+        return
     if os.environ.get("VLLM_FLEET_LAB") == "1" and "ANSIBLE_LOG_PATH" not in os.environ:
         ANSIBLE_LOG.parent.mkdir(exist_ok=True)
         ANSIBLE_LOG.write_text("")

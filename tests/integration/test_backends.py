@@ -40,7 +40,13 @@ def test_the_mp_backend_serves_tp2_across_two_hosts_with_the_inventorys_flags(pl
     """The alternative backend: vLLM's own multi-node mode (--nnodes, a --headless worker), no
     Ray, from the two one-host engines (stopped first: moving hosts between engines,
     docs/provisioning.md), with the inventory's flags. test_diagnose.py's engine play takes it
-    back to Ray, the production path."""
+    back to Ray, the production path.
+
+    The two engines left the head's Ray firewall admitting only itself; the mp ranks pair over
+    the same ephemeral ports, so the run must render it for both hosts before the worker
+    connects (it once did not, and the worker's Gloo connections were reset)."""
+    assert "10.200.0.12" not in on_host("lab1", "nft list set inet vllm_fleet_ray peers4"), \
+        "the two one-host engines should have left lab1 admitting only itself"
     stop_engines()
     r = play("site.yml", extravars={"vllm_server_backend": "mp"})
     assert r.rc == 0
@@ -52,3 +58,4 @@ def test_the_mp_backend_serves_tp2_across_two_hosts_with_the_inventorys_flags(pl
     assert "--headless" in on_host("lab2", "ps -eo args")
     assert "raylet" not in on_host("lab1", "ps -eo args") + on_host("lab2", "ps -eo args")
     assert "--max-num-seqs 4" not in on_host("lab1", "ps -eo args")
+    assert "10.200.0.12" in on_host("lab1", "nft list set inet vllm_fleet_ray peers4")

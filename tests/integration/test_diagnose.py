@@ -28,6 +28,9 @@ from labtools import REPO, engine_key, invocation, lab_args, lab_sh, on_host, sa
 BASE_URL = "http://10.200.0.11:8000"
 SMALL_POOL = lab_args(num_gpu_blocks_override=37, max_num_batched_tokens=512)
 RESERVE_OFF = lab_args(num_gpu_blocks_override=37, max_num_batched_tokens=512, scheduler_reserve_full_isl=False)
+# The tiny model answers one token in well under a second, even with three sessions running:
+# a wedged engine is one that gives none in 5 s (the defaults' 20 s suit a large model).
+WEDGED_AFTER = {"vllm_diagnose_timeout_s": 5, "vllm_verify_generate_timeout_s": 5}
 SESSION_PROMPT_TOKENS = 1900
 SESSION_MAX_TOKENS = 100
 
@@ -169,21 +172,24 @@ def test_a_wedged_engine_reads_wedged_fails_readiness_and_verify_and_the_restart
     restarts it (consumers on the fallback meanwhile) and it generates again."""
     lab_sh("fault", "wedge", "lab1")
     try:
-        v = diagnose(play, tmp_path, extravars={"vllm_diagnose_timeout_s": 5})
+        v = diagnose(play, tmp_path, extravars=WEDGED_AFTER)
         assert v["verdict"] == "wedged", v
         assert v["evidence"]["health_status"] == 200
-        for playbook, extravars in (("playbooks/verify.yml", None), ("playbooks/engine.yml", SMALL_POOL)):
+        for playbook, extravars in (("playbooks/verify.yml", WEDGED_AFTER),
+                                    ("playbooks/engine.yml", dict(SMALL_POOL, **WEDGED_AFTER))):
             start = time.monotonic()
             r = play(playbook, extravars=extravars)
             took = time.monotonic() - start
             print(f"{playbook} on a wedged engine: rc {r.rc} after {took:.0f} s")
             assert r.rc != 0, f"{playbook} passed a wedged engine"
-            assert said(r, "is wedged: /health answers but a one-token completion got no answer in 20 s"), playbook
+            assert said(r, "is wedged: /health answers but a one-token completion got no answer in 5 s"), playbook
             assert said(r, "ansible-playbook playbooks/rolling-restart.yml"), playbook
             assert took < 120, f"{playbook} took {took:.0f} s to say so"
         start = time.monotonic()
         report_path = tmp_path / "restart.json"
-        r = play("playbooks/rolling-restart.yml", extravars={"vllm_restart_report_path": str(report_path)})
+        # Its diagnosis reads wedged within 5 s; the restarted engine's first token keeps 20 s.
+        r = play("playbooks/rolling-restart.yml",
+                 extravars={"vllm_diagnose_timeout_s": 5, "vllm_restart_report_path": str(report_path)})
         cured_s = time.monotonic() - start
     finally:
         lab_sh("fault", "unwedge", "lab1", check=False)
