@@ -14,6 +14,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 LAB_INVENTORY = REPO / "inventory" / "lab" / "hosts.yml"
+# The report site.yml writes on the controller (playbooks/report.yml).
+SITE_REPORT = REPO / "reports" / "site-report.json"
 LAB_ENGINE_VARS = REPO / "inventory" / "lab" / "group_vars" / "vllm_engines" / "engine.yml"
 LAB_SECRETS = REPO / "inventory" / "lab" / "group_vars" / "all" / "secrets.yml"
 

@@ -14,9 +14,12 @@ import pytest
 
 pytestmark = pytest.mark.lab
 
-from labtools import REPO, invocation, lab_args, lab_sh, on_host, stop_engines
+from labtools import SITE_REPORT, invocation, lab_args, lab_sh, on_host, stop_engines
 
-REPORT = REPO / "reports" / "site-report.json"
+
+def head_peers() -> str:
+    """The hosts the head's Ray firewall admits (its nftables set)."""
+    return on_host("lab1", "nft list set inet vllm_fleet_ray peers4")
 
 
 def test_a_down_worker_stops_the_play_before_any_restart(play):
@@ -45,12 +48,11 @@ def test_the_mp_backend_serves_tp2_across_two_hosts_with_the_inventorys_flags(pl
     The two engines left the head's Ray firewall admitting only itself; the mp ranks pair over
     the same ephemeral ports, so the run must render it for both hosts before the worker
     connects (it once did not, and the worker's Gloo connections were reset)."""
-    assert "10.200.0.12" not in on_host("lab1", "nft list set inet vllm_fleet_ray peers4"), \
-        "the two one-host engines should have left lab1 admitting only itself"
+    assert "10.200.0.12" not in head_peers(), "the two one-host engines should have left lab1 admitting only itself"
     stop_engines()
     r = play("site.yml", extravars={"vllm_server_backend": "mp"})
     assert r.rc == 0
-    report = json.loads(REPORT.read_text())
+    report = json.loads(SITE_REPORT.read_text())
     (engine,) = report["engines"]
     assert engine["flags"]["distributed_executor_backend"] == "mp"
     assert int(engine["flags"]["tensor_parallel_size"]) == 2
@@ -58,4 +60,4 @@ def test_the_mp_backend_serves_tp2_across_two_hosts_with_the_inventorys_flags(pl
     assert "--headless" in on_host("lab2", "ps -eo args")
     assert "raylet" not in on_host("lab1", "ps -eo args") + on_host("lab2", "ps -eo args")
     assert "--max-num-seqs 4" not in on_host("lab1", "ps -eo args")
-    assert "10.200.0.12" in on_host("lab1", "nft list set inet vllm_fleet_ray peers4")
+    assert "10.200.0.12" in head_peers()

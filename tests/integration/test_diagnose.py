@@ -189,7 +189,8 @@ def test_a_wedged_engine_reads_wedged_fails_readiness_and_verify_and_the_restart
         report_path = tmp_path / "restart.json"
         # Its diagnosis reads wedged within 5 s; the restarted engine's first token keeps 20 s.
         r = play("playbooks/rolling-restart.yml",
-                 extravars={"vllm_diagnose_timeout_s": 5, "vllm_restart_report_path": str(report_path)})
+                 extravars={"vllm_diagnose_timeout_s": WEDGED_AFTER["vllm_diagnose_timeout_s"],
+                            "vllm_restart_report_path": str(report_path)})
         cured_s = time.monotonic() - start
     finally:
         lab_sh("fault", "unwedge", "lab1", check=False)

@@ -17,13 +17,13 @@ import pytest
 
 pytestmark = pytest.mark.lab
 
-from labtools import REPO, invocation, lab_args, lab_sh, on_host, plain, said
+from labtools import REPO, SITE_REPORT, invocation, lab_args, lab_sh, on_host, plain, said
 
-REPORT = REPO / "reports" / "site-report.json"
+
 def test_first_converge_serves_tp2_over_ray_across_two_hosts(play):
     r = play("site.yml")
     assert r.rc == 0, "site.yml failed on the lab"
-    report = json.loads(REPORT.read_text())
+    report = json.loads(SITE_REPORT.read_text())
     assert report["mode"] == "direct"
     (engine,) = report["engines"]
     assert engine["head"] == "lab1"
