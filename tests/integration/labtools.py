@@ -82,18 +82,18 @@ def run_playbook(playbook: str, *args: str, extravars: dict | None = None, timeo
     import ansible_runner
 
     args = list(args)
-    if extravars:
-        fd, path = tempfile.mkstemp(prefix="extravars-", suffix=".json")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(extravars, fh)
-        args += ["-e", "@" + path]
-    cmdline = " ".join(shlex.quote(a) for a in args)
     env = play_env()
     # A fresh private dir per run: ansible-runner reads env/cmdline and
     # env/extravars left there by an earlier run.
     (REPO / ".cache").mkdir(exist_ok=True)
     private = Path(tempfile.mkdtemp(prefix="runner-", dir=REPO / ".cache"))
     RUNNER_DIRS.append(private)
+    if extravars:
+        # In the run's own private dir (mode 0700), removed with it: not one file per run left in /tmp.
+        path = private / "extravars-cli.json"
+        path.write_text(json.dumps(extravars))
+        args += ["-e", "@" + str(path)]
+    cmdline = " ".join(shlex.quote(a) for a in args)
     r = ansible_runner.run(
         private_data_dir=str(private),
         project_dir=str(REPO),

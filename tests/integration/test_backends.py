@@ -3,18 +3,20 @@
 Runs after test_restart.py, which leaves the lab as two one-host engines, and
 before test_diagnose.py, whose engine play takes the lab back to Ray with the
 field's pool. So one engine play reshapes the lab from two engines into the
-mp backend and the next one puts Ray back, and no boot only resets state
-(docs/lab.md: the suite's cost).
+mp backend, with the field's small pool and full-prompt admission off (the
+diagnosis' preempting case), and the next one puts Ray back: no boot only
+resets state (docs/lab.md: the suite's cost).
 """
 from __future__ import annotations
 
-import json
+import re
 
 import pytest
 
-pytestmark = pytest.mark.lab
+from labtools import engine_key, invocation, lab_args, lab_sh, on_host, stop_engines
+from test_diagnose import BASE_URL, RESERVE_OFF, Sessions, diagnose, scrape
 
-from labtools import SITE_REPORT, invocation, lab_args, lab_sh, on_host, stop_engines
+pytestmark = pytest.mark.lab
 
 
 def head_peers() -> str:
@@ -39,25 +41,44 @@ def test_a_down_worker_stops_the_play_before_any_restart(play):
         lab_sh("fault", "host-start", "lab2")
 
 
-def test_the_mp_backend_serves_tp2_across_two_hosts_with_the_inventorys_flags(play):
+def test_the_mp_backend_serves_tp2_across_two_hosts_and_reserve_off_is_refused_and_reads_preempting(
+        play, tmp_path):
     """The alternative backend: vLLM's own multi-node mode (--nnodes, a --headless worker), no
     Ray, from the two one-host engines (stopped first: moving hosts between engines,
-    docs/provisioning.md), with the inventory's flags. test_diagnose.py's engine play takes it
-    back to Ray, the production path.
+    docs/provisioning.md). test_diagnose.py's engine play takes it back to Ray, the production
+    path.
+
+    The same boot is the diagnosis' third case (field story 3): the field's small pool with
+    full-prompt admission off (--no-scheduler-reserve-full-isl). The flags check reads the
+    running engine's flags and refuses it, and under three sessions the engine preempts; the
+    diagnosis names the flag. (Its changed-flag restart of the whole engine, the worker's Ray
+    node with it, is test_diagnose.py's engine play from this engine back to Ray.)
 
     The two engines left the head's Ray firewall admitting only itself; the mp ranks pair over
     the same ephemeral ports, so the run must render it for both hosts before the worker
     connects (it once did not, and the worker's Gloo connections were reset)."""
+    import openai
+
     assert "10.200.0.12" not in head_peers(), "the two one-host engines should have left lab1 admitting only itself"
     stop_engines()
-    r = play("site.yml", extravars={"vllm_server_backend": "mp"})
-    assert r.rc == 0
-    report = json.loads(SITE_REPORT.read_text())
-    (engine,) = report["engines"]
-    assert engine["flags"]["distributed_executor_backend"] == "mp"
-    assert int(engine["flags"]["tensor_parallel_size"]) == 2
-    assert report["sample_completion"]["text"]
-    assert "--headless" in on_host("lab2", "ps -eo args")
-    assert "raylet" not in on_host("lab1", "ps -eo args") + on_host("lab2", "ps -eo args")
-    assert "--max-num-seqs 4" not in on_host("lab1", "ps -eo args")
+    r = play("playbooks/engine.yml", extravars=dict(RESERVE_OFF, vllm_server_backend="mp"))
+    assert r.rc != 0, "the flags check accepted --no-scheduler-reserve-full-isl"
+    assert "scheduler_reserve_full_isl: expected true, running false" in r.stdout
+    head, worker = on_host("lab1", "ps -eo args"), on_host("lab2", "ps -eo args")
+    assert re.search(r"--distributed-executor-backend[= ]mp\b", head), head
+    assert re.search(r"--tensor-parallel-size[= ]2\b", head), head
+    assert "--headless" in worker
+    assert "raylet" not in head + worker
+    assert "--max-num-seqs 4" not in head, "the down worker's refused run left its flag"
     assert "10.200.0.12" in head_peers()
+    client = openai.OpenAI(base_url=BASE_URL + "/v1", api_key=engine_key(), timeout=60, max_retries=0)
+    assert client.completions.create(model="tiny", prompt="ping", max_tokens=1).usage.completion_tokens == 1
+
+    before = scrape()
+    with Sessions(3) as s:
+        s.wait_for(lambda m: m.get("num_preemptions_total", 0) > before.get("num_preemptions_total", 0),
+                   "a preemption")
+        v = diagnose(play, tmp_path)
+    assert s.errors == [], s.errors
+    assert v["verdict"] == "preempting", v
+    assert "--no-scheduler-reserve-full-isl" in v["advice"][0]

@@ -2,9 +2,10 @@
 from a degraded engine, a preempting one and a wedged one.
 
 Runs last of the engine tests in `make test` (after test_backends.py's mp
-backend, which its engine play takes back to Ray): it resizes the lab
-engine's pool to the field's 2.31 sessions and ends with full-prompt
-admission off, and leaves it so; `site.yml` puts the inventory's engine back.
+backend, which its engine play takes back to Ray): it runs the lab engine
+with the field's 2.31 sessions' pool, and leaves it so; `site.yml` puts the
+inventory's engine back. The preempting case (full-prompt admission off) is
+test_backends.py's mp boot.
 
 The engine here: the lab's TP2 engine with --num-gpu-blocks-override 37
 (37 blocks x 128 = 4,736 tokens = 2 sessions of 2,048) and 512-token
@@ -16,6 +17,7 @@ its own cache_salt, three at once.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import threading
 import time
@@ -46,13 +48,16 @@ def two_one_host_engines() -> bool:
 @pytest.fixture(scope="module")
 def small_pool(play):
     """The lab's TP2 engine over Ray started with the field's pool by site.yml's engine play,
-    from the shape the earlier tests left: in `make test`, test_backends.py's mp backend (the
-    play switches it back to Ray itself); run after test_restart.py alone, its two one-host
-    engines, stopped first (moving hosts between engines, docs/provisioning.md)."""
+    from the shape the earlier tests left: in `make test`, test_backends.py's mp backend with
+    full-prompt admission off (the play switches it back to Ray itself, a changed flag on a
+    running engine); run after test_restart.py alone, its two one-host engines, stopped first
+    (moving hosts between engines, docs/provisioning.md)."""
     if two_one_host_engines():
         stop_engines()
+    before = {"head": invocation("lab1", "vllm.service"), "worker": invocation("lab2", "vllm.service")}
     r = play("playbooks/engine.yml", extravars=SMALL_POOL)
     assert r.rc == 0, "the small-pool engine did not start and verify"
+    r.before = before
     return r
 
 
@@ -133,11 +138,19 @@ class Sessions:
         pytest.fail(f"no {what} within {timeout} s: last /metrics {m}, errors {self.errors}")
 
 
-def test_the_engine_runs_over_ray_again():
-    """From the mp backend test_backends.py leaves, the engine play went back to Ray, the
-    production path: a whole-engine restart with the worker's Ray node, no headless rank."""
+def test_the_engine_runs_over_ray_again(small_pool):
+    """From the mp backend test_backends.py leaves (full-prompt admission off), the engine play
+    went back to Ray, the production path, with the flag back on: a changed flag restarts the
+    whole engine, the head's server and the worker with it; the worker now serves through its
+    Ray node (a RayWorkerProc), no headless rank."""
+    if small_pool.before["worker"]:  # the mp worker's headless rank ran (in `make test`)
+        assert re.search(r"included: \S+/vllm_server/tasks/restart\.yml for lab1, lab2", small_pool.stdout), \
+            "the changed flag did not restart the whole engine"
+        assert invocation("lab1", "vllm.service") != small_pool.before["head"], "the head's server was not restarted"
+        assert on_host("lab2", "systemctl is-active vllm.service").strip() != "active", "the headless rank still runs"
     assert "RayWorkerProc" in on_host("lab2", "ps -eo args")
     assert "--headless" not in on_host("lab2", "ps -eo args")
+    assert on_host("lab2", "systemctl is-active ray.service").strip() == "active"
 
 
 def test_the_report_states_the_fields_pool(play, tmp_path):
@@ -219,28 +232,6 @@ def test_slow_prefill_reads_degraded(play, tmp_path):
     assert v["evidence"]["ratio"] >= v["evidence"]["threshold"]
     assert "of uptime" in v["summary"] and "a restart cures this" in v["advice"][0]
     assert "playbooks/rolling-restart.yml" in v["advice"][0]
-
-
-def test_reserve_off_is_refused_and_reads_preempting(play, tmp_path):
-    """3. Full-prompt admission off, a changed flag: the whole engine restarts, the flags check
-    refuses it, and under three sessions the engine preempts; the diagnosis names the flag."""
-    head_before = invocation("lab1", "vllm.service")
-    ray_before = invocation("lab2", "ray.service")
-    r = play("playbooks/engine.yml", extravars=RESERVE_OFF)
-    # A changed flag restarts the whole engine, the worker's Ray node with it, and the
-    # verification after it reads the running flags.
-    assert invocation("lab1", "vllm.service") != head_before
-    assert invocation("lab2", "ray.service") != ray_before, "the worker's Ray node was not restarted with its engine"
-    assert r.rc != 0, "the flags check accepted --no-scheduler-reserve-full-isl"
-    assert "scheduler_reserve_full_isl: expected true, running false" in r.stdout
-    before = scrape()
-    with Sessions(3) as s:
-        s.wait_for(lambda m: m.get("num_preemptions_total", 0) > before.get("num_preemptions_total", 0),
-                   "a preemption")
-        v = diagnose(play, tmp_path)
-    assert s.errors == [], s.errors
-    assert v["verdict"] == "preempting", v
-    assert "--no-scheduler-reserve-full-isl" in v["advice"][0]
 
 
 def test_check_mode_changes_nothing(play, tmp_path):

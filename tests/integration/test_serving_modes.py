@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from labtools import files_holding, finish, interrupt, lab_sh, secret_values, start_playbook
+from labtools import files_holding, finish, interrupt, lab_sh, said, secret_values, start_playbook
 from openai_suite import run_suite
 from test_molecule import RAN_THERE, assert_scenario_passed, molecule_test
 
@@ -104,7 +104,14 @@ def test_a_cutover_needs_an_explicit_confirmation(client, play):
     assert endpoint_env() == before
 
 
-def test_both_cutovers_under_load_have_zero_errors_and_zero_fallbacks(client, play):
+# What the gate cutover's test hands the direct cutover's: the official client's suite
+# through the gate, the gate's URL and its molecule scenario's run.
+VIA_GATE: dict = {}
+
+
+def test_the_gate_cutover_under_load_has_zero_errors_and_zero_fallbacks(client, play):
+    """The cutover toward gate mode and its rerun under load; the lab stays in gate mode for
+    the hold test below, and the direct cutover's test after it brings it back."""
     since = now_ts()
     r = play("playbooks/gate-cutover.yml", "-e", "vllm_fleet_confirm=gate")
     assert r.rc == 0
@@ -116,13 +123,57 @@ def test_both_cutovers_under_load_have_zero_errors_and_zero_fallbacks(client, pl
     wait_for(lambda: summary(since)["by_mode"].get("gate", {}).get("ok", 0) >= 5, 60, "answers through the gate")
     # An application sees the same API through the gate as from the engine:
     # the official client's suite, here and again after the cutover back.
-    gate_url, model, gate_key = consumer_endpoint()
-    via_gate = run_suite(gate_url, model, gate_key)
+    VIA_GATE["url"], model, gate_key = consumer_endpoint()
+    VIA_GATE["suite"] = run_suite(VIA_GATE["url"], model, gate_key)
     # gate_service's scenario on the gate the two runs above started (its converge and
     # idempotence), under load: its verify. Checked after the cutover back, so
     # that a failure leaves the lab in direct mode for the next tests.
-    gate_scenario = RAN_THERE["gate_service"] = molecule_test("gate_service", short=True, timeout=600)
+    VIA_GATE["scenario"] = RAN_THERE["gate_service"] = molecule_test("gate_service", short=True, timeout=600)
+    s = summary(since)
+    assert s["outcomes"].get("fallback", 0) == 0, s
+    assert s["outcomes"].get("error", 0) == 0, s
+    assert s["by_mode"]["gate"]["ok"] > 0
 
+
+def client_summary(log: str) -> dict:
+    return json.loads(on_host("lab3", f"python3 /opt/vllm-fleet/consumer/session_client.py --summary {log}"))
+
+
+def test_gate_mode_one_engine_the_hold_loses_no_request(client, play, tmp_path):
+    """playbooks/rolling-restart.yml in gate mode, the only engine (in the gate-mode window the
+    cutover above opened): the gate holds admissions for the restart plus a margin (within its
+    queue timeout), requests queue there and go through once the engine is back: zero failed
+    requests. The client here waits as long as the hold (its own timeout 150 s; the lab's
+    service gives up after 30 s and would fall back)."""
+    assert "VLLM_FLEET_MODE=gate" in endpoint_env(), "the gate cutover's test leaves the lab in gate mode"
+    log = "/var/log/vllm-fleet/hold-run.jsonl"
+    report = tmp_path / "restart.json"
+    on_host("lab3", f"systemctl stop {CLIENT}")
+    try:
+        on_host("lab3", f"rm -f {log}; nohup python3 /opt/vllm-fleet/consumer/session_client.py --timeout 150"
+                        f" --duration 600 --log {log} --quiet >/dev/null 2>&1 &")
+        wait_for(lambda: client_summary(log)["outcomes"].get("ok", 0) >= 3, 60, "answers through the gate")
+        r = play("playbooks/rolling-restart.yml", "-e", "restart_policy=always",
+                 extravars={"vllm_restart_report_path": str(report)})
+        assert r.rc == 0
+        (engine,) = json.loads(report.read_text())["engines"]
+        assert engine["outcome"] == "restarted" and engine["drain"] == "gate-hold", engine
+        assert said(r, "the only serving engine: the gate holds admissions for 90 s")
+        done = client_summary(log)["records"]
+        wait_for(lambda: client_summary(log)["records"] >= done + 3, 120, "answers after the release")
+    finally:
+        on_host("lab3", f"pkill -f {log}")
+        on_host("lab3", f"systemctl start {CLIENT}")
+    s = client_summary(log)
+    assert s["outcomes"].get("error", 0) == 0 and s["outcomes"].get("fallback", 0) == 0, s
+    # Some requests waited out the restart in the gate's queue.
+    assert s["latency_ms"]["ok"]["max"] > 20000, s["latency_ms"]
+
+
+def test_the_direct_cutover_under_load_has_zero_errors_and_zero_fallbacks(client, play):
+    """The cutover back to direct mode and its rerun under load: the gate archived with its
+    files kept, and the official client's suite the same from the engine as through the gate."""
+    since = now_ts()
     r = play("playbooks/direct-cutover.yml", "-e", "vllm_fleet_confirm=direct")
     assert r.rc == 0
     assert "VLLM_FLEET_MODE=direct" in endpoint_env()
@@ -134,14 +185,14 @@ def test_both_cutovers_under_load_have_zero_errors_and_zero_fallbacks(client, pl
     mark = now_ts()
     wait_for(lambda: summary(mark)["by_mode"].get("direct", {}).get("ok", 0) >= 5, 60, "answers from the engine")
     direct_url, model, engine_key = consumer_endpoint()
-    assert direct_url != gate_url
-    assert run_suite(direct_url, model, engine_key) == via_gate
+    assert direct_url != VIA_GATE["url"]
+    assert run_suite(direct_url, model, engine_key) == VIA_GATE["suite"]
 
     s = summary(since)
     assert s["outcomes"].get("fallback", 0) == 0, s
     assert s["outcomes"].get("error", 0) == 0, s
-    assert s["by_mode"]["gate"]["ok"] > 0 and s["by_mode"]["direct"]["ok"] > 0
-    assert_scenario_passed("gate_service", gate_scenario, short=True)
+    assert s["by_mode"]["direct"]["ok"] > 0
+    assert_scenario_passed("gate_service", VIA_GATE["scenario"], short=True)
 
 
 def test_a_cutover_with_a_wedged_engine_leaves_the_consumers_where_they_were(client, play):
