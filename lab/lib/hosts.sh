@@ -98,6 +98,11 @@ write_identity() {
 EOF
   install -d -m 0700 "$m/root/.ssh"
   install -m 0600 "$SSH_KEY.pub" "$m/root/.ssh/authorized_keys"
+  # The test bed's own speed-up, not the toolkit's: the system Python keeps the bytecode of
+  # what Ansible's module payloads import (lab/python/lab_zipimport_cache.py). vLLM's venv
+  # does not read the system site-packages.
+  install -m 0644 "$LAB_ROOT/python/lab_zipimport_cache.py" "$m/usr/lib/python3/dist-packages/"
+  echo "import lab_zipimport_cache" >"$m/usr/lib/python3/dist-packages/lab_zipimport_cache.pth"
 }
 
 start_host() {
