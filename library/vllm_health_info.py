@@ -22,6 +22,8 @@ description:
     the first 200 is seen within O(poll_s), and Ansible prints a retry line after each call.
   - When the unit is dead, RV(root_cause) names the exception that stopped it, read from the
     unit's last 1000 journal lines, so a failed start says why without reading the journal.
+  - When the server is not ready yet, RV(msg) says why with the same evidence, so an C(until) loop
+    that runs out of retries shows it instead of Ansible's C(Unknown error).
   - Proxy variables (C(http_proxy), C(https_proxy)) are ignored; the probe always connects directly.
 options:
   url:
@@ -102,6 +104,12 @@ error:
   description: Why nothing answered (connection refused while loading, timeout...).
   returned: always
   type: str
+msg:
+  description:
+    - Why the server is not ready yet (the last answer, the unit's state and age, the root cause and the journal's
+      last lines), so a C(until) loop that runs out of retries says why.
+  returned: when RV(ready) and RV(dead) are both false
+  type: str
 unit_state:
   description: The unit's ActiveState (active, activating, failed, inactive...), or null without O(unit).
   returned: always
@@ -125,7 +133,7 @@ uptime_s:
   sample: 27.4
 journal_tail:
   description:
-    - The last O(journal_lines) lines the unit's current run logged, when it is dead.
+    - The last O(journal_lines) lines the unit's current run logged, when it is dead or not ready yet.
     - When C(journalctl) fails, one line that says so and why.
   returned: always
   type: list
@@ -133,10 +141,10 @@ journal_tail:
 root_cause:
   description:
     - >-
-      When the unit is dead, the last exception line (C(SomethingError: ...)) in its current run's journal,
+      When the unit is dead or not ready yet, the last exception line (C(SomethingError: ...)) in its current run's journal,
       without vLLM's wrappers that only point elsewhere (C(Engine core initialization failed. See root cause above),
       C(... See stack trace for root cause.)).
-    - Null when the unit is not dead or its journal holds no exception.
+    - Null when the server is ready, without O(unit), or when its journal holds no exception.
   returned: always
   type: str
   sample: "ValueError: current platform cpu does not support ray."
@@ -264,10 +272,29 @@ def main():
 
     props = poller.until(probe_once, lambda _props: result["ready"] or result["dead"])
     result.update(waited_s=poller.waited_s, polls=poller.polls)
-    if result["dead"]:
+    if p["unit"] and not result["ready"]:
         evidence = journal(module, p["unit"], props.get("InvocationID"), p["journal_lines"])
         result.update(journal_tail=evidence.tail, root_cause=evidence.root_cause)
+    if not result["ready"] and not result["dead"]:
+        # An until loop that runs out of retries shows this, not Ansible's "Unknown error".
+        result["msg"] = not_ready_message(p["url"], p["unit"], result)
     module.exit_json(**result)
+
+
+def not_ready_message(url: str, unit: str | None, result: dict) -> str:
+    """Why the server is not ready yet, and where to look: the last call's evidence."""
+    answer = f"HTTP {result['status']}" if result["status"] is not None else "no answer"
+    text = f"{url}/health gave no 200 in {result['waited_s']} s ({answer}"
+    text += f": {result['error']})" if result["error"] else ")"
+    if not unit:
+        return text + "."
+    text += f"; {unit} is {result['unit_state']}"
+    if result["uptime_s"] is not None:
+        text += f", up {result['uptime_s']:.0f} s"
+    text += f". Root cause: {result['root_cause'] or 'not found in the journal'}."
+    if result["journal_tail"]:
+        text += " Last lines of its journal: " + " | ".join(result["journal_tail"][-5:]) + "."
+    return text + f" Read `journalctl -u {unit}` on this host: still loading, or stuck."
 
 
 if __name__ == "__main__":

@@ -312,8 +312,12 @@ def test_unit_state(run_module, systemd, active, result, dead):
     assert systemd.systemctl_calls.read_text() == (
         f"show --timestamp=unix -p ActiveState -p Result -p InvocationID -p LoadState -p ActiveEnterTimestamp {UNIT}\n")
     assert out["uptime_s"] is None  # no stamp given
-    # The journal is read only for a dead unit.
-    assert len(systemd.journal_calls()) == (1 if dead else 0)
+    # The journal is read once, after the probe: for a dead unit, and for one not ready yet (its message's evidence).
+    assert len(systemd.journal_calls()) == 1
+    if not dead:
+        assert out["msg"].startswith(f"http://127.0.0.1:") and f"; {UNIT} is {active}." in out["msg"], out["msg"]
+    else:
+        assert "msg" not in out
 
 
 def test_uptime_is_the_time_since_the_unit_became_active(run_module, systemd):
@@ -498,11 +502,17 @@ def test_the_wait_runs_out(run_module, systemd, fake_time):
                               "poll_s": 0.5})
     assert "failed" not in out
     assert pick(out) == {"changed": False, "ready": False, "status": None, "error": "[Errno 111] Connection refused",
-                         "unit_state": "activating", "unit_result": "success", "dead": False, "journal_tail": [],
-                         "root_cause": None, "polls": 5}
+                         "unit_state": "activating", "unit_result": "success", "dead": False,
+                         "journal_tail": out["journal_tail"], "root_cause": None, "polls": 5}
     # One more poll at the deadline, none after it.
     assert (fake_time.sleeps, out["waited_s"]) == ([0.5] * 4, 2.0)
-    assert systemd.journal_calls() == []
+    # The journal is read once, after the wait: an until loop that runs out of retries shows why, not
+    # Ansible's "Unknown error".
+    assert systemd.journal_calls() == [f"-u {UNIT} -o cat --no-pager -n 1000 _SYSTEMD_INVOCATION_ID={INVOCATION}"]
+    assert out["msg"].startswith("http://127.0.0.1:") and "/health gave no 200 in 2.0 s (no answer: [Errno 111]" \
+        " Connection refused); vllm.service is activating. Root cause: not found in the journal." in out["msg"], \
+        out["msg"]
+    assert out["msg"].endswith("Read `journalctl -u vllm.service` on this host: still loading, or stuck.")
 
 
 def test_a_failure_midway_ends_the_wait_with_every_key(run_module, systemd, fake_time):
