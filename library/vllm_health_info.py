@@ -283,9 +283,11 @@ def main():
 
 def not_ready_message(url: str, unit: str | None, result: dict) -> str:
     """Why the server is not ready yet, and where to look: the last call's evidence."""
-    answer = f"HTTP {result['status']}" if result["status"] is not None else "no answer"
-    text = f"{url}/health gave no 200 in {result['waited_s']} s ({answer}"
-    text += f": {result['error']})" if result["error"] else ")"
+    if result["status"] is not None:
+        answer = f"HTTP {result['status']}"
+    else:
+        answer = f"no answer: {result['error']}" if result["error"] else "no answer"
+    text = f"{url}/health gave no 200 in {result['waited_s']} s ({answer})"
     if not unit:
         return text + "."
     text += f"; {unit} is {result['unit_state']}"
