@@ -110,6 +110,15 @@ def run_playbook(playbook: str, *args: str, extravars: dict | None = None, timeo
     return PlayResult(rc=r.rc, stats=r.stats or {}, stdout=stdout)
 
 
+def restart(play, tmp_path: Path, *args: str, inventory: Path = LAB_INVENTORY, **extravars):
+    """playbooks/rolling-restart.yml through the ``play`` fixture, its JSON report in
+    ``tmp_path``: the run, and the report (None when the run wrote none)."""
+    report = tmp_path / "restart.json"
+    r = play("playbooks/rolling-restart.yml", *args, extravars=dict(extravars, vllm_restart_report_path=str(report)),
+             inventory=inventory)
+    return r, (json.loads(report.read_text()) if report.exists() else None)
+
+
 def start_playbook(playbook: str, *args: str, out: Path, inventory: Path = LAB_INVENTORY) -> subprocess.Popen:
     """Start ansible-playbook in the background as an operator's shell would, its output
     to ``out``, in a session of its own: ``interrupt`` then sends SIGINT to its process

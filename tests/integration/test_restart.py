@@ -15,16 +15,14 @@ failure test after it.
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
-from labtools import (LAB_INVENTORY, REPO, files_holding, finish, interrupt, lab_sh, on_host, said, secret_values,
+from labtools import (LAB_INVENTORY, REPO, files_holding, finish, interrupt, lab_sh, on_host, restart, said,
+                      secret_values,
                       start_playbook, stop_engines)
 from test_serving_modes import CLIENT, client_records, endpoint_env, now_ts, summary, wait_for
 
@@ -59,13 +57,6 @@ def client(play):
     wait_for(lambda: summary(since)["outcomes"].get("ok", 0) >= 3, 60, "the client's first answers")
     yield
     on_host("lab3", f"systemctl stop {CLIENT}")
-
-
-def restart(play, tmp_path: Path, *args: str, inventory: Path = LAB_INVENTORY, **extravars):
-    report = tmp_path / "restart.json"
-    r = play("playbooks/rolling-restart.yml", *args, extravars=dict(extravars, vllm_restart_report_path=str(report)),
-             inventory=inventory)
-    return r, (json.loads(report.read_text()) if report.exists() else None)
 
 
 def back_on_the_engine_with_nothing_lost(since: str, via: str = "", what: str = "answers from the engine") -> dict:

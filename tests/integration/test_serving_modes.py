@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from labtools import files_holding, finish, interrupt, lab_sh, said, secret_values, start_playbook
+from labtools import files_holding, finish, interrupt, lab_sh, restart, said, secret_values, start_playbook
 from openai_suite import run_suite
 from test_molecule import RAN_THERE, assert_scenario_passed, molecule_test
 
@@ -147,16 +147,14 @@ def test_gate_mode_one_engine_the_hold_loses_no_request(client, play, tmp_path):
     service gives up after 30 s and would fall back)."""
     assert "VLLM_FLEET_MODE=gate" in endpoint_env(), "the gate cutover's test leaves the lab in gate mode"
     log = "/var/log/vllm-fleet/hold-run.jsonl"
-    report = tmp_path / "restart.json"
     on_host("lab3", f"systemctl stop {CLIENT}")
     try:
         on_host("lab3", f"rm -f {log}; nohup python3 /opt/vllm-fleet/consumer/session_client.py --timeout 150"
                         f" --duration 600 --log {log} --quiet >/dev/null 2>&1 &")
         wait_for(lambda: client_summary(log)["outcomes"].get("ok", 0) >= 3, 60, "answers through the gate")
-        r = play("playbooks/rolling-restart.yml", "-e", "restart_policy=always",
-                 extravars={"vllm_restart_report_path": str(report)})
+        r, report = restart(play, tmp_path, "-e", "restart_policy=always")
         assert r.rc == 0
-        (engine,) = json.loads(report.read_text())["engines"]
+        (engine,) = report["engines"]
         assert engine["outcome"] == "restarted" and engine["drain"] == "gate-hold", engine
         assert said(r, "the only serving engine: the gate holds admissions for 90 s")
         done = client_summary(log)["records"]
