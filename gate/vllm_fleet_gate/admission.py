@@ -259,7 +259,7 @@ class Admission:
         if not self._queue and not self.held:
             picked = self._pick(demand)
             if picked is not None:
-                self._admit(ticket, *picked)
+                self._admit(ticket, *picked, at=ticket.created)  # waited 0, exactly
                 return ticket
         if len(self._queue) >= self.max_queue_depth:
             raise Rejected(
@@ -396,7 +396,7 @@ class Admission:
                 best, best_key = (engine, cost), key
         return best
 
-    def _admit(self, ticket: Ticket, engine: Engine, cost: int) -> None:
+    def _admit(self, ticket: Ticket, engine: Engine, cost: int, at: float | None = None) -> None:
         engine.reserved += cost
         engine.inflight += 1
         self._reserved += cost
@@ -404,7 +404,7 @@ class Admission:
         ticket.state = ADMITTED
         ticket.engine = engine.name
         ticket.tokens = cost
-        ticket.admitted_at = self.clock()
+        ticket.admitted_at = self.clock() if at is None else at
 
     def _pump(self) -> list[Ticket]:
         admitted: list[Ticket] = []

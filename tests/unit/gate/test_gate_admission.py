@@ -532,3 +532,12 @@ def test_random_operations_keep_the_books_consistent(seed):
     for t in live:
         adm.release(t)
     assert_zero(adm)
+
+
+def test_admitted_at_once_waited_exactly_zero():
+    """queue_seconds' help says 0 for a request admitted at once: not the
+    microseconds between two clock reads, which a busy host stretches."""
+    ticks = iter(range(1000, 2000))
+    adm = books(clock=lambda: float(next(ticks)))
+    t = adm.submit(d())
+    assert t.state == ADMITTED and t.wait_s == 0.0
