@@ -21,7 +21,8 @@ usage: lab/lab.sh COMMAND [ARGS]
                        (systemd-container debootstrap dpkg-dev openssh-client iproute2 curl)
   build                base image, local apt repo, wheelhouse, ssh key, tiny model (reused if current)
   lock                 re-resolve lab/wheelhouse-requirements.txt from its '# top-level:' pins
-  up [N]               start hosts lab1..labN (default 3; 10.200.0.11..) and wait for sshd
+  up [N]               start hosts lab1..labN (default 3; 10.200.0.11..) and wait for sshd;
+                       lab1 and lab2 share the engine link (eth1, 10.201.0.11 and .12)
   down                 remove all runtime state: hosts, mounts, netns, bridge, cgroups, processes
   status               artefacts, bridge, each host (running, ssh, active faults)
   ssh HOST [CMD...]    ssh to a host as root (e.g. lab/lab.sh ssh lab1 systemctl --failed)
@@ -38,6 +39,8 @@ usage: lab/lab.sh COMMAND [ARGS]
       kill-ray-worker HOST         kill -9 the engine's Ray worker processes on HOST (undo: restart the engine)
       clock-skew HOST SECONDS      programs run over ssh on HOST read the clock SECONDS off (libfaketime)
       clock-skew-off HOST
+      mtu HOST IFACE MTU           set one end of a link to another MTU (e.g. mtu lab2 eth1 9000)
+      mtu-off HOST
 
 Environment: LAB_DIR (default lab/work), LAB_PYTHON (3.11, default python3), LAB_DEBIAN_MIRROR
 (default: read from this machine's apt sources), LAB_UP_TIMEOUT, LAB_STOP_TIMEOUT.

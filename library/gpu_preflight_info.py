@@ -26,7 +26,11 @@ description:
     (the table truncates long names); when a driver does not know a field the table alone is used.
   - C(engine_interface) checks that O(interface) exists and holds O(address), the address given to
     C(VLLM_HOST_IP), C(NCCL_SOCKET_IFNAME) and C(GLOO_SOCKET_IFNAME). C(engine_subnet) checks that
-    O(peer_addresses) are on that interface's subnet.
+    O(peer_addresses) are on that interface's subnet. C(engine_link) checks that the interface is up with a
+    carrier (C(ip -o link show)), and the module returns its MTU (RV(link_mtu)), from which the C(gpu_preflight)
+    role checks that both ends of an engine's link agree.
+  - C(service_address) checks that O(service_address), where the API answers the consumers, is on an interface
+    of the host; it runs when that address differs from O(address) (a site with a LAN and an engine link).
   - C(ports_free) reads C(ss -Htlnp) for O(ports). A port held by a process of one of O(owner_units)
     (by its C(/proc/PID/cgroup)) counts as free, since on a re-run the toolkit's own Ray and vLLM hold them.
   - C(disk_free) checks free space plus what is already staged at O(disk_path) against O(min_disk_gib).
@@ -63,6 +67,9 @@ options:
     type: str
   address:
     description: This host's IPv4 address in the engine (C(VLLM_HOST_IP)).
+    type: str
+  service_address:
+    description: This host's IPv4 address where consumers reach its API; checked when it differs from O(address).
     type: str
   peer_addresses:
     description: The IPv4 addresses of the engine's other hosts, which must be on O(interface)'s subnet.
@@ -162,7 +169,7 @@ checks:
   contains:
     check:
       description: The check's name (C(gpu_driver), C(gpu_count), C(gpu_memory), C(cuda_version),
-        C(engine_interface), C(engine_subnet), C(ports_free), C(disk_free)).
+        C(engine_interface), C(engine_link), C(engine_subnet), C(service_address), C(ports_free), C(disk_free)).
       type: str
     ok:
       description: Whether it passed.
@@ -234,6 +241,16 @@ clock_offset_s:
   description: RV(now) minus O(controller_time), C(null) without it. Differences between hosts are their clock skew.
   returned: always
   type: float
+link_interface:
+  description: O(interface), whose MTU RV(link_mtu) is; C(null) without O(interface).
+  returned: always
+  type: str
+  sample: enp1s0f1np1
+link_mtu:
+  description: The MTU of O(interface), C(null) when it was not read (no such interface, or no O(interface)).
+  returned: always
+  type: int
+  sample: 9000
 """
 
 import os
@@ -253,9 +270,12 @@ from ansible.module_utils.gpu_preflight import (
     check_gpu_driver,
     check_gpu_memory,
     check_interface,
+    check_link_up,
+    check_service_address,
     check_ports,
     command_failed,
     parse_ip_addr,
+    parse_ip_link,
     parse_ss,
     render_report,
     summarize,
@@ -280,6 +300,7 @@ ARGUMENT_SPEC = dict(
     min_cuda_version=dict(type="str"),
     interface=dict(type="str"),
     address=dict(type="str"),
+    service_address=dict(type="str"),
     peer_addresses=dict(type="list", elements="str", default=[]),
     ports=dict(type="list", elements="int", default=[]),
     owner_units=dict(type="list", elements="str", default=[]),
@@ -299,7 +320,8 @@ def _validate(module):
     p = module.params
     try:
         validate_options(min_cuda_version=p["min_cuda_version"], min_gpus=p["min_gpus"], ports=p["ports"],
-                         address=p["address"], peer_addresses=p["peer_addresses"])
+                         address=p["address"], peer_addresses=p["peer_addresses"],
+                         service_address=p["service_address"])
     except PreflightOptionError as exc:
         module.fail_json(msg=str(exc))
 
@@ -369,23 +391,33 @@ def _tool(module, name, check):
 
 
 def _network_checks(module):
+    """The network's checks, and the engine interface's MTU (None when not read)."""
     p = module.params
-    if not p["interface"] and not p["address"]:
-        return []
+    if not p["interface"] and not p["address"] and not p["service_address"]:
+        return [], None
     ip, missing = _tool(module, "ip", "engine_interface")
     if missing:
-        return [missing]
+        return [missing], None
     rc, out, err = module.run_command([ip, "-o", "-4", "addr", "show"])
     if rc != 0:
-        return [command_failed("engine_interface", "ip -o -4 addr show", rc, err)]
+        return [command_failed("engine_interface", "ip -o -4 addr show", rc, err)], None
     addresses = parse_ip_addr(out)
+    rc, out, err = module.run_command([ip, "-o", "link", "show"])
+    if rc != 0:
+        return [command_failed("engine_link", "ip -o link show", rc, err)], None
+    links = parse_ip_link(out)
     try:
         interfaces = os.listdir(SYS_CLASS_NET)
     except OSError:
         interfaces = list(addresses)
-    checks = [check_interface(p["interface"], p["address"], interfaces, addresses)]
-    checks.append(check_engine_subnet(p["interface"], p["address"], p["peer_addresses"], addresses))
-    return [c for c in checks if c is not None]
+    checks = []
+    if p["interface"] or p["address"]:
+        checks.append(check_interface(p["interface"], p["address"], interfaces, addresses))
+        checks.append(check_link_up(p["interface"], links))
+        checks.append(check_engine_subnet(p["interface"], p["address"], p["peer_addresses"], addresses))
+    checks.append(check_service_address(p["service_address"], p["address"], addresses))
+    link = links.get(p["interface"]) if p["interface"] else None
+    return [c for c in checks if c is not None], (link.mtu if link else None)
 
 
 def _port_checks(module):
@@ -428,7 +460,8 @@ def main():
         checks, report, source = _gpu_checks(module)
     else:
         skipped = list(GPU_CHECKS)
-    checks += _network_checks(module) + _port_checks(module) + _disk_checks(module)
+    network, link_mtu = _network_checks(module)
+    checks += network + _port_checks(module) + _disk_checks(module)
     ok, failed, message = summarize(checks)
     gpus = report.as_dict() if report is not None else {}
     result = dict(
@@ -447,6 +480,8 @@ def main():
         memory_source=source,
         now=started,
         clock_offset_s=None if p["controller_time"] is None else round(started - p["controller_time"], 3),
+        link_interface=p["interface"],
+        link_mtu=link_mtu,
     )
     if not ok and p["on_failure"] == "fail":
         module.fail_json(msg=message, **result)

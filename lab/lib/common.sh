@@ -23,11 +23,17 @@ CACHE_DIR=$LAB_DIR/cache                    # private apt lists for the apt repo
 LAB_BRIDGE=br-lab
 LAB_NET=10.200.0
 LAB_GW=$LAB_NET.1                           # the controller's address on the bridge
+# The engine link: a veth pair (eth1 in each) between these two hosts only, as a Spark pair's direct
+# cable; its subnet is routed nowhere else (the controller and lab3 have no address on it).
+LAB_LINK_NET=10.201.0
+LAB_LINK_HOSTS=(lab1 lab2)
+LAB_LINK_IF=eth1
 LAB_MAX_HOSTS=9
 LAB_CGROUP=lab                              # /sys/fs/cgroup/<hierarchy>/lab/<host>
 LAB_LOCK=/run/lock/vllm-fleet-lab.lock
 
 host_ip() { echo "$LAB_NET.$((10 + ${1#lab}))"; }
+link_ip() { echo "$LAB_LINK_NET.$((10 + ${1#lab}))"; }
 
 # ---- logging -------------------------------------------------------------------------------------
 LAB_T0=${LAB_T0:-$(date +%s)}

@@ -241,6 +241,36 @@ fault_clock_skew_off() {
   [[ -n $quiet ]] || log "fault clock-skew-off $name: the host's ssh sessions read the true clock again"
 }
 
+# ---- mtu: one end of a link with another MTU ------------------------------------------------------
+# The two ends of a direct cable configured apart (netplan `mtu: 9000` on one Spark only): both
+# read up, the handshake's small packets pass, and larger frames are dropped at the smaller end.
+# Applied from the root side with `ip -n`; the undo puts the MTU the interface had back.
+fault_mtu() {
+  local name=${1:-} iface=${2:-} mtu=${3:-} was
+  [[ -n $name && -n $iface && -n $mtu ]] || die "usage: lab.sh fault mtu HOST IFACE MTU  (e.g. mtu lab2 $LAB_LINK_IF 9000)"
+  need_running_host "$name"
+  [[ $mtu =~ ^[0-9]{2,5}$ ]] && ((10#$mtu >= 68 && 10#$mtu <= 65535)) || die "MTU must be 68..65535, got '$mtu'"
+  was=$(ip -n "$name" -o link show dev "$iface" 2>/dev/null | sed -n 's/.* mtu \([0-9]*\) .*/\1/p')
+  [[ -n $was ]] || die "$name has no interface '$iface' (it has: $(ip -n "$name" -br link | awk '{ printf "%s ", $1 }'))"
+  [[ -s $STATE_DIR/$name.fault.mtu ]] || echo "$iface $was" >"$STATE_DIR/$name.fault.mtu"
+  ip -n "$name" link set dev "$iface" mtu "$mtu"
+  log "fault mtu $name: $iface mtu $was -> $mtu; undo: lab/lab.sh fault mtu-off $name"
+}
+
+fault_mtu_off() {
+  local name=${1:-} quiet=${2:-} iface was
+  [[ -n $name ]] || die "usage: lab.sh fault mtu-off HOST"
+  check_host_name "$name"
+  if [[ ! -s $STATE_DIR/$name.fault.mtu ]]; then
+    [[ -n $quiet ]] || log "fault mtu-off $name: no MTU changed; nothing to do"
+    return 0
+  fi
+  read -r iface was <"$STATE_DIR/$name.fault.mtu"
+  ip -n "$name" link set dev "$iface" mtu "$was" 2>/dev/null || warn "could not set $name's $iface back to mtu $was (netns gone?)"
+  rm -f "$STATE_DIR/$name.fault.mtu"
+  [[ -n $quiet ]] || log "fault mtu-off $name: $iface mtu back to $was"
+}
+
 # ---- bookkeeping used by status and down ---------------------------------------------------------
 fault_list() {
   local name=$1 out=()
@@ -248,6 +278,7 @@ fault_list() {
   [[ -s $STATE_DIR/$name.fault.wedge ]] && out+=(wedge)
   [[ -e $STATE_DIR/$name.host-stop ]] && out+=(host-stop)
   [[ -s $STATE_DIR/$name.fault.clock-skew ]] && out+=("clock-skew($(cat "$STATE_DIR/$name.fault.clock-skew") s)")
+  [[ -s $STATE_DIR/$name.fault.mtu ]] && out+=("mtu($(awk '{ print $1 }' "$STATE_DIR/$name.fault.mtu"))")
   echo "${out[*]}"
 }
 
@@ -255,6 +286,7 @@ fault_clear_host() {
   fault_unwedge "$1" quiet
   fault_slow_prefill_off "$1" quiet
   fault_clock_skew_off "$1" quiet
+  fault_mtu_off "$1" quiet
 }
 
 # ---- kill-ray-worker: kill -9 the engine's Ray worker processes on a host -------------------------
@@ -289,6 +321,8 @@ cmd_fault() {
   kill-ray-worker) fault_kill_ray_worker "$@" ;;
   clock-skew) fault_clock_skew "$@" ;;
   clock-skew-off) fault_clock_skew_off "$@" ;;
-  *) die "usage: lab.sh fault {slow-prefill HOST [QUOTA%] | slow-prefill-off HOST | wedge HOST | unwedge HOST | host-stop HOST [--graceful] | host-start HOST | kill-gate HOST [UNIT] | kill-ray-worker HOST | clock-skew HOST SECONDS | clock-skew-off HOST}" ;;
+  mtu) fault_mtu "$@" ;;
+  mtu-off) fault_mtu_off "$@" ;;
+  *) die "usage: lab.sh fault {slow-prefill HOST [QUOTA%] | slow-prefill-off HOST | wedge HOST | unwedge HOST | host-stop HOST [--graceful] | host-start HOST | kill-gate HOST [UNIT] | kill-ray-worker HOST | clock-skew HOST SECONDS | clock-skew-off HOST | mtu HOST IFACE MTU | mtu-off HOST}" ;;
   esac
 }

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # `up`, `down`, `status`, `ssh`: the hosts themselves.
-# A host = network namespace labN (veth eth0 on bridge br-lab, 10.200.0.1N/24, no default route)
+# A host = network namespace labN (veth eth0 on bridge br-lab, 10.200.0.1N/24, no default route;
+#          lab1 and lab2 also eth1, the two ends of the engine link, 10.201.0.1N/24)
 #        + overlay (upper per host, lower = the shared base) + systemd-nspawn booting it (nspawn-host.sh)
 #        + its own cgroups /sys/fs/cgroup/{systemd,unified}/lab/labN.
 
@@ -83,6 +84,25 @@ ensure_netns() {
   ip -n "$name" addr replace "$ip/24" dev eth0
   ip -n "$name" link set lo up
   ip -n "$name" link set eth0 up
+}
+
+# The engine link between LAB_LINK_HOSTS, once both namespaces exist: one veth pair, eth1 at each
+# end, no bridge and no address on this side (a direct cable). Deleting either netns deletes it;
+# the next up makes it again. An MTU the mtu fault set stays until its undo. This machine gets an
+# unreachable route for the link's subnet, as a LAN host has no route to a Spark pair's cable: a
+# connection to a link address fails at once here and never leaves the machine.
+ensure_link() {
+  local a=${LAB_LINK_HOSTS[0]} b=${LAB_LINK_HOSTS[1]} h
+  ip route replace unreachable "$LAB_LINK_NET.0/24"
+  ip netns list 2>/dev/null | grep -qw "^$a" && ip netns list 2>/dev/null | grep -qw "^$b" || return 0
+  if ! ip -n "$a" link show "$LAB_LINK_IF" >/dev/null 2>&1; then
+    ip -n "$b" link del "$LAB_LINK_IF" 2>/dev/null || true
+    ip link add "$LAB_LINK_IF" netns "$a" type veth peer name "$LAB_LINK_IF" netns "$b"
+  fi
+  for h in "$a" "$b"; do
+    ip -n "$h" addr replace "$(link_ip "$h")/24" dev "$LAB_LINK_IF"
+    ip -n "$h" link set "$LAB_LINK_IF" up
+  done
 }
 
 # Identity that must differ per host, written into the host's own overlay layer.
@@ -184,6 +204,7 @@ cmd_up() {
     log "up: $name ($(host_ip "$name")) booting (console: $LOG_DIR/$name.console.log)"
     waitfor+=("$name")
   done
+  ensure_link
   wait_ssh "${waitfor[@]}"
   log "up: ${todo[*]} ready in $(secs_since "$t0")s (ssh: lab/lab.sh ssh HOST; ansible: .venv/bin/ansible all -m ansible.builtin.ping)"
 }
@@ -295,6 +316,7 @@ cmd_down() {
     ip link del "$LAB_BRIDGE"
     did=1
   fi
+  ip route del unreachable "$LAB_LINK_NET.0/24" 2>/dev/null && did=1
   if [[ -e $STATE_DIR/made-nspawn-tmpfs ]] && ! pgrep -x systemd-nspawn >/dev/null; then
     umount /run/systemd/nspawn 2>/dev/null && rm -f "$STATE_DIR/made-nspawn-tmpfs"
     [[ -e $STATE_DIR/made-nspawn-dir ]] && rmdir /run/systemd/nspawn 2>/dev/null && rm -f "$STATE_DIR/made-nspawn-dir"
@@ -326,6 +348,11 @@ cmd_status() {
     printf '  %-10s %s\n' "$f" "$(stamp_get "$f" | grep -q . && echo built || echo 'not built')"
   done
   if ip link show "$LAB_BRIDGE" >/dev/null 2>&1; then echo "bridge $LAB_BRIDGE: $LAB_GW/24"; else echo "bridge $LAB_BRIDGE: absent"; fi
+  local h ends=()
+  for h in "${LAB_LINK_HOSTS[@]}"; do
+    ends+=("$h $(ip -n "$h" -o link show dev "$LAB_LINK_IF" 2>/dev/null | sed -n 's/.* mtu \([0-9]*\) .* state \([A-Z]*\) .*/\1 \2/p' | awk '{ printf "mtu %s %s", $1, $2 }')")
+  done
+  echo "link $LAB_LINK_IF ($LAB_LINK_NET.0/24): ${ends[0]} <-> ${ends[1]}"
   local hosts
   mapfile -t hosts < <(known_hosts)
   ((${#hosts[@]})) || {

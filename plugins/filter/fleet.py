@@ -81,7 +81,18 @@ def _set(hv, key: str) -> bool:
 
 
 def _address(hv: dict, name: str) -> str:
+    """The host's engine-link address: Ray's node IP, VLLM_HOST_IP, NCCL's and Gloo's."""
     return str(hv.get("vllm_fleet_address") or hv.get("ansible_host") or name)
+
+
+def _service_address(hv: dict, name: str) -> str:
+    """The host's service address: where the API answers the consumers, the
+    gate and the operator. The link address when the site has one network."""
+    try:
+        value = hv.get("vllm_fleet_service_address")
+    except Exception:  # an undefined variable inside the value: treat as unset
+        value = None
+    return str(value or _address(hv, name))
 
 
 def _rank(value):
@@ -127,7 +138,9 @@ def engine_rank(value):
 
 
 def engine_peers(hosts, hostvars, engine):
-    """Hosts of ``engine`` as a rank-sorted list of {name, rank, address}."""
+    """Hosts of ``engine`` as a rank-sorted list of {name, rank, address,
+    service_address}: ``address`` on the engine's link, ``service_address``
+    where consumers reach the host (the same on a one-network site)."""
     peers = []
     for name in hosts or []:
         hv = hostvars[name]
@@ -139,7 +152,8 @@ def engine_peers(hosts, hostvars, engine):
                 f"host {name} of engine {engine} has no integer vllm_fleet_rank"
                 f" (got {hv.get('vllm_fleet_rank')!r}); give the head 0 and the other hosts 1, 2, ..."
             )
-        peers.append({"name": name, "rank": rank, "address": _address(hv, name)})
+        peers.append({"name": name, "rank": rank, "address": _address(hv, name),
+                      "service_address": _service_address(hv, name)})
     peers.sort(key=lambda p: p["rank"])
     return peers
 
@@ -245,13 +259,14 @@ def engine_record(hosts, hostvars, engine) -> dict:
     if heads:
         problems += _shared_head_problems(hosts, hostvars, engine, head, values)
     port = _positive(values["vllm_server_port"])
-    url = f"http://{head['address']}:{port or values['vllm_server_port']}"
+    url = f"http://{head['service_address']}:{port or values['vllm_server_port']}"
     venv = str(values["vllm_install_venv"])
     model = model_path(values["vllm_install_model_source"], values["vllm_install_model_dir"])
     return {
         "name": str(engine),
         "head": head["name"],
         "head_address": head["address"],
+        "service_address": head["service_address"],
         "peers": peers,
         "hosts": [p["name"] for p in peers],
         "port": port,
@@ -398,7 +413,7 @@ def gate_url(hosts, hostvars) -> str:
     hv = hostvars[name]
     host = hv.get("gate_service_listen_host")
     if not host or str(host) in ("0.0.0.0", "::"):
-        host = _address(hv, name)
+        host = _service_address(hv, name)
     return f"http://{host}:{_get(hv, 'gate_service_port')}"
 
 

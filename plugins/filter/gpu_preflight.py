@@ -1,5 +1,5 @@
-"""Filters of the gpu_preflight role: the engine-wide clock check and the
-per-host report.
+"""Filters of the gpu_preflight role: the engine-wide clock and link MTU
+checks and the per-host report.
 
 The logic lives in ``plugins/module_utils/gpu_preflight.py``; filter plugins
 cannot import the project's module_utils through ``ansible.module_utils``, so
@@ -58,6 +58,22 @@ def clock_skew(peers, hostvars, max_skew_s, engine="", result="__gpu_preflight_i
     return _logic.check_clock_skew(offsets, head, float(max_skew_s), str(engine)).as_dict()
 
 
+def link_mtu(peers, hostvars, engine="", result="__gpu_preflight_info"):
+    """The ``link_mtu`` check of one engine, as a dict: every host's MTU on
+    its engine interface, read from its registered module result
+    (``result``), compared."""
+    if not peers:
+        raise AnsibleFilterError("gpu_preflight_link_mtu: the engine has no hosts")
+    mtus = {}
+    for peer in sorted(peers, key=lambda p: int(p["rank"])):
+        registered = hostvars[peer["name"]].get(result) if peer["name"] in hostvars else None
+        get = registered.get if hasattr(registered, "get") else (lambda key: None)
+        mtu = get("link_mtu")
+        mtus[peer["name"]] = None if mtu is None else (str(get("link_interface")), int(mtu))
+    head = min(peers, key=lambda p: int(p["rank"]))["name"]
+    return _logic.check_link_mtu(mtus, head, str(engine)).as_dict()
+
+
 def report(checks):
     """The checks as readable lines (``PASS name: detail`` / ``FAIL ...`` + ``fix:``)."""
     return _logic.render_report(_checks(checks))
@@ -73,6 +89,7 @@ class FilterModule:
     def filters(self):
         return {
             "gpu_preflight_clock_skew": clock_skew,
+            "gpu_preflight_link_mtu": link_mtu,
             "gpu_preflight_report": report,
             "gpu_preflight_summary": summary,
         }

@@ -123,7 +123,7 @@ def _is_list(value) -> bool:
 
 
 def validate_options(*, min_gpus: int, ports, min_cuda_version: str | None = None, address: str | None = None,
-                     peer_addresses=()) -> None:
+                     peer_addresses=(), service_address: str | None = None) -> None:
     """Raise :class:`PreflightOptionError` for the first option value the checks cannot use.
 
     Raises nothing else, whatever the values' types (the module's argspec
@@ -144,6 +144,8 @@ def validate_options(*, min_gpus: int, ports, min_cuda_version: str | None = Non
         raise PreflightOptionError(f"ports must be between 1 and 65535, got {', '.join(bad)}")
     if address is not None and not is_ipv4(address):
         raise PreflightOptionError(f"address must be an IPv4 address, got '{_shown(address)}'")
+    if service_address is not None and not is_ipv4(service_address):
+        raise PreflightOptionError(f"service_address must be an IPv4 address, got '{_shown(service_address)}'")
     if not _is_list(peer_addresses):
         raise PreflightOptionError(f"peer_addresses must be a list of IPv4 addresses, got {_shown(peer_addresses)}")
     bad = [_shown(a) for a in peer_addresses if not is_ipv4(a)]
@@ -425,6 +427,102 @@ def check_engine_subnet(interface, address, peers, addresses: dict) -> Check | N
             "peer_addresses.",
         )
     return Check("engine_subnet", True, f"peer(s) {', '.join(peers)} on {name}'s subnet {nets}")
+
+
+def check_service_address(service_address, address, addresses: dict) -> Check | None:
+    """The service address (where the API answers the consumers) is on an
+    interface of this host. None when it is the engine address, which
+    ``engine_interface`` checks."""
+    if not service_address or service_address == address:
+        return None
+    holder = _holder(service_address, addresses)
+    if holder:
+        return Check("service_address", True, f"{service_address} is on {holder}: the API answers there")
+    held = ", ".join(f"{name} {' '.join(cidrs)}" for name, cidrs in sorted(addresses.items())) or "none"
+    return Check(
+        "service_address",
+        False,
+        f"the service address {service_address} is on no interface of this host (it has {held})",
+        "Set service_address to this host's address on the network its consumers reach it on (the LAN), "
+        "or leave it unset on a one-network site.",
+    )
+
+
+@dataclass
+class Link:
+    """One interface from ``ip -o link show``."""
+
+    mtu: int
+    up: bool  # administratively up and with a carrier (UP and LOWER_UP)
+    state: str
+
+
+# `3: eth1@if4: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500 qdisc noqueue state UP mode ...`. An
+# MTU is at most 7 digits here (Linux's largest is 65536; loopback's is 65536 too).
+_IP_LINK_LINE = re.compile(
+    r"[0-9]{1,10}:[ \t]+([^ \t:]{1,64}):[ \t]+<([A-Z0-9_,-]{0,256})>[ \t]+mtu[ \t]+([0-9]{1,7})(?![0-9])")
+_LINK_STATE = re.compile(r"[A-Z]{1,20}")
+
+
+def parse_ip_link(text: str) -> dict:
+    """``ip -o link show`` as ``{ifname: Link}``. Never raises; a line it
+    cannot read is skipped."""
+    links = {}
+    for line in _lines(text):
+        match = _IP_LINK_LINE.match(line)
+        if not match:
+            continue
+        flags = match.group(2).split(",")
+        name = match.group(1).split("@", 1)[0]
+        words = line[match.end():].split()
+        state = next((b for a, b in zip(words, words[1:]) if a == "state"), "")
+        links[name] = Link(int(match.group(3)), "UP" in flags and "LOWER_UP" in flags,
+                           state if _LINK_STATE.fullmatch(state) else "UNKNOWN")
+    return links
+
+
+def check_link_up(interface, links: dict) -> Check | None:
+    """The engine interface is up with a carrier: a pulled cable or a peer's
+    port down leaves it without one. None when there is no interface to check
+    (``engine_interface`` says why)."""
+    link = links.get(interface) if interface else None
+    if link is None:
+        return None
+    if link.up:
+        return Check("engine_link", True, f"{interface} is up (mtu {link.mtu})")
+    return Check(
+        "engine_link",
+        False,
+        f"{interface} is down (state {link.state}): no traffic reaches the engine's peers",
+        f"Check the cable and the peer's end, then bring it up (`ip link set dev {interface} up`, or its "
+        "netplan file and `netplan apply`).",
+    )
+
+
+def check_link_mtu(mtus: dict, reference: str, engine: str = "") -> Check:
+    """Both ends of an engine's link agree on the MTU.
+
+    ``mtus`` maps each host to ``(interface, mtu)``, ``None`` when its probe
+    read none. Frames larger than the far end takes are dropped: the small
+    packets of a TCP handshake pass, and Ray, NCCL and Gloo then stall."""
+    label = f"engine {engine}: " if engine else ""
+    missing = [h for h, m in mtus.items() if m is None]
+    if missing:
+        return Check("link_mtu", False, f"{label}no MTU read from {', '.join(missing)}",
+                     "Their engine interface is missing or their probe failed; fix engine_interface first.")
+    if len(mtus) < 2:
+        return Check("link_mtu", True, f"{label}one host ({reference}), nothing to compare")
+    ends = ", ".join(f"{h} {i} mtu {m}" for h, (i, m) in mtus.items())
+    if len({m for _, m in mtus.values()}) == 1:
+        return Check("link_mtu", True, f"{label}{ends}")
+    top = max(m for _, m in mtus.values())
+    return Check(
+        "link_mtu",
+        False,
+        f"{label}the link's ends disagree on the MTU: {ends}",
+        f"Give the link one MTU on every host (netplan `mtu: {top}` on the interface, or "
+        f"`ip link set dev IFACE mtu {top}`): frames one end sends are dropped by the other.",
+    )
 
 
 # ---- ports -----------------------------------------------------------------

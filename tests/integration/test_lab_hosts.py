@@ -21,6 +21,8 @@ ANSIBLE = REPO / ".venv" / "bin" / "ansible"
 INVENTORY = REPO / "inventory" / "lab" / "hosts.yml"
 LAB_DIR = Path(os.environ.get("LAB_DIR", REPO / "lab" / "work"))
 HOSTS = {"lab1": "10.200.0.11", "lab2": "10.200.0.12", "lab3": "10.200.0.13"}
+# The engine link (eth1): lab1 and lab2 only, as a Spark pair's direct cable.
+LINK = {"lab1": "10.201.0.11", "lab2": "10.201.0.12"}
 SSH_OPTS = [
     "-i", str(LAB_DIR / "ssh" / "id_ed25519"),
     "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
@@ -120,7 +122,7 @@ def test_each_host_reports_its_own_identity_and_systemd():
     for host, address in HOSTS.items():
         facts = results[host]["ansible_facts"]
         assert facts["ansible_hostname"] == host
-        assert facts["ansible_all_ipv4_addresses"] == [address]
+        assert sorted(facts["ansible_all_ipv4_addresses"]) == sorted([address, *LINK.get(host, "").split()])
         assert facts["ansible_service_mgr"] == "systemd"
         assert facts["ansible_virtualization_role"] == "guest"
         # Offline by construction: no default route, so no default_ipv4.
@@ -152,6 +154,24 @@ def test_hosts_have_no_route_off_the_lab_network():
     for host, r in results.items():
         assert "Network is unreachable" in r["stdout"], (host, r["stdout"])
         assert not r["stdout"].startswith("default"), (host, r["stdout"])
+
+
+def test_the_engine_link_joins_lab1_and_lab2_only():
+    """lab1 and lab2 reach each other on the link (eth1); lab3 and this machine have no route
+    to it (`ip route get` is a local lookup: nothing is sent)."""
+    results = shell_on_all("ip -o -4 addr show dev eth1 2>&1; ip route get 10.201.0.12 2>&1 || true")
+    for host, r in results.items():
+        if host in LINK:
+            assert f"inet {LINK[host]}/24" in r["stdout"], (host, r["stdout"])
+            assert " dev eth1 " in r["stdout"] or "dev lo" in r["stdout"], (host, r["stdout"])
+        else:
+            assert "does not exist" in r["stdout"] and "Network is unreachable" in r["stdout"], (host, r["stdout"])
+    here = subprocess.run(["ip", "route", "get", "10.201.0.12"], capture_output=True, text=True)
+    assert here.returncode != 0 and "No route to host" in here.stderr, here.stdout + here.stderr
+    status = lab("status").stdout
+    assert "link eth1 (10.201.0.0/24): lab1 mtu 1500 UP <-> lab2 mtu 1500 UP" in status, status
+    ping = ansible("lab1", "ansible.builtin.command", "ping -c 1 -W 2 10.201.0.12")
+    assert ping["lab1"].get("rc") == 0, ping
 
 
 def test_apt_installs_from_the_local_repo_only():

@@ -60,15 +60,16 @@ def listeners(host: str) -> set[str]:
 
 
 def test_the_engine_and_the_gate_listen_only_where_the_inventory_says():
-    """vllm serve on the head's own address (vllm_server_host), the gate on its host's
-    (gate_service_listen_host), Ray's client server on the node's address and loopback, no
+    """vllm serve on the head's service address (vllm_server_host), the gate on its host's
+    (gate_service_listen_host), Ray's client server on the node's link address and loopback, no
     dashboard; none of them on every interface. (Ray's GCS, raylet and worker ports bind
     every address whatever Ray is told: docs/ports-and-secrets.md.)"""
-    where = {"lab1": "10.200.0.11", "lab2": "10.200.0.12", "lab3": "10.200.0.13"}
-    for host, address in where.items():
+    where = {"lab1": ("10.200.0.11", "10.201.0.11"), "lab2": ("10.200.0.12", "10.201.0.12"),
+             "lab3": ("10.200.0.13", "10.200.0.13")}
+    for host, (address, link) in where.items():
         seen = listeners(host)
         for port, allowed in (("8000", {f"{address}:8000"}), ("8100", {f"{address}:8100"}),
-                              ("10001", {f"{address}:10001", "127.0.0.1:10001"}), ("8265", set())):
+                              ("10001", {f"{link}:10001", "127.0.0.1:10001"}), ("8265", set())):
             on_port = {s for s in seen if s.rsplit(":", 1)[1] == port}
             assert on_port <= allowed, f"{host} listens on {sorted(on_port)}; only {sorted(allowed)} may"
     assert "10.200.0.11:8000" in listeners("lab1"), "the engine's API is not listening on the head's address"
@@ -87,21 +88,27 @@ def connects(source: str, address: str, port: int) -> bool:
 
 def test_only_the_engines_hosts_reach_rays_ports():
     """ray_cluster's firewall (its own nftables table, docs/ports-and-secrets.md): Ray's GCS and
-    the raylet's ports on the head take connections from the engine's other host (lab2) and
-    refuse the consumer host (lab3) and the controller; vLLM's API and ssh stay open to all."""
-    head = "10.200.0.11"
+    the raylet's ports on the head take connections from the engine's other host (lab2) over
+    the link, and refuse the consumer host (lab3) and the controller on the service network,
+    where Ray binds too; vLLM's API and ssh stay open there. Nothing but lab1 and lab2 reaches
+    the link at all."""
+    link, service = "10.201.0.11", "10.200.0.11"
     raylet = sorted({line.split()[3].rpartition(":")[2] for line in on_host("lab1", "ss -Hltnp").splitlines()
                      if '"raylet"' in line and line.split()[3].startswith("*:")})
     assert raylet, "no raylet port listens on every address of lab1"
     for port in [6379, int(raylet[0])]:
-        assert connects("lab2", head, port), f"lab2, the engine's other host, cannot reach {head}:{port}"
-        assert not connects("lab3", head, port), f"lab3 reaches Ray's {head}:{port}"
-        assert not connects("controller", head, port), f"the controller reaches Ray's {head}:{port}"
+        assert connects("lab2", link, port), f"lab2, the engine's other host, cannot reach {link}:{port}"
+        assert not connects("lab2", service, port), f"lab2 reaches Ray's {service}:{port} off the link"
+        for source in ("lab3", "controller"):
+            assert not connects(source, service, port), f"{source} reaches Ray's {service}:{port}"
     for source in ("lab3", "controller"):
-        assert connects(source, head, 8000), f"{source} cannot reach vLLM's API"
-        assert connects(source, head, 22), f"{source} cannot reach ssh"
+        assert connects(source, service, 8000), f"{source} cannot reach vLLM's API"
+        assert connects(source, service, 22), f"{source} cannot reach ssh"
+        for port in (22, 8000, 6379):
+            assert not connects(source, link, port), f"{source} reaches the link address {link}:{port}"
     rules = on_host("lab1", "nft list table inet vllm_fleet_ray")
-    assert "10.200.0.11, 10.200.0.12" in rules and "reject with tcp reset" in rules, rules
+    assert "10.201.0.11, 10.201.0.12" in rules and 'iifname "eth1"' in rules, rules
+    assert "reject with tcp reset" in rules, rules
 
 
 def test_each_unit_runs_as_sandboxed_as_the_docs_say():

@@ -42,9 +42,50 @@ def test_first_converge_serves_tp2_over_ray_across_two_hosts(play):
     assert "RayWorkerProc" in on_host("lab2", "ps -eo args")
     assert "vllm serve" not in on_host("lab2", "ps -eo args")
     assert "vllm serve" in on_host("lab1", "ps -eo args")
+    # Two networks: the engine's traffic runs on the link, the consumers use the service address.
+    # Every TCP connection lab2 holds with lab1 is to lab1's link address: Ray's (the GCS at
+    # :6379) and the TP rank's own (Ray's and Gloo's, from the RayWorkerProc).
+    worker = on_host("lab2", "pgrep -f '^ray::RayWorkerProc' | head -n 1").strip()
+    assert worker.isdigit(), "no RayWorkerProc on lab2"
+    to_lab1 = [line for line in on_host("lab2", "ss -Htnp state established").splitlines()
+               if line.split()[3].rsplit(":", 1)[0] in ("10.201.0.11", "10.200.0.11")]
+    assert to_lab1 and all(line.split()[3].startswith("10.201.0.11:") for line in to_lab1), to_lab1
+    assert any(line.split()[3] == "10.201.0.11:6379" for line in to_lab1), to_lab1
+    assert any(f"pid={worker}," in line for line in to_lab1), to_lab1
+    assert "OPENAI_BASE_URL=http://10.200.0.11:8000/v1" in on_host(
+        "lab3", "grep -h OPENAI_BASE_URL /etc/vllm-fleet/endpoint.env")
+
+
+def test_a_skewed_clock_and_a_link_mtu_mismatch_are_refused_before_any_host_changes(play):
+    """Faults: lab2's clock 30 s ahead of the head's (lab.sh fault clock-skew: lab2's sshd starts
+    every session with libfaketime preloaded; the hosts share one kernel clock otherwise), and
+    lab2's end of the engine link at MTU 9000 against lab1's 1500 (lab.sh fault mtu: jumbo
+    frames set in one Spark's netplan only; raising an end leaves the running engine's
+    connections alone, whose segments were sized for 1500). Expected: one preflight names both, lab2 and its
+    offset, both ends and both MTUs, each with its fix, before any host changes; the engine
+    keeps running. Undone, the next test's site.yml converges and changes nothing."""
+    head_before = invocation("lab1", "vllm.service")
+    lab_sh("fault", "clock-skew", "lab2", "+30")
+    lab_sh("fault", "mtu", "lab2", "eth1", "9000")
+    try:
+        r = play("site.yml")
+    finally:
+        lab_sh("fault", "mtu-off", "lab2")
+        lab_sh("fault", "clock-skew-off", "lab2")
+    assert r.rc != 0
+    assert re.search(r"clock_skew: engine engine_lab: lab2 \+(29|30)\.[0-9]{3} s against the head lab1"
+                     r" \(at most 2 s\)", plain(r)), plain(r)[-3000:]
+    assert said(r, "Synchronise the clocks from one NTP source on every host")
+    assert said(r, "link_mtu: engine engine_lab: the link's ends disagree on the MTU: lab1 eth1 mtu 1500,"
+                   " lab2 eth1 mtu 9000"), plain(r)[-3000:]
+    assert said(r, "Give the link one MTU on every host")
+    assert r.changed() == {}, f"a refused run changed {r.changed()}"
+    assert invocation("lab1", "vllm.service") == head_before
+    assert on_host("lab1", "systemctl is-active vllm.service").strip() == "active"
 
 
 def test_second_run_changes_nothing(play):
+    """Also: with the faults above undone, site.yml converges again."""
     r = play("site.yml")
     assert r.rc == 0
     assert r.changed() == {}, f"a second run changed {r.changed()}"
@@ -109,26 +150,6 @@ def test_bad_input_fails_clearly_before_any_host_changes(play, extravars, messag
     assert message in r.stdout
     assert r.changed() == {}, f"bad input changed {r.changed()}"
     assert invocation("lab1", "vllm.service") == head_before
-
-
-def test_a_skewed_clock_is_refused_before_any_host_changes(play):
-    """Fault: lab2's clock 30 s ahead of the head's (lab.sh fault clock-skew: lab2's sshd starts
-    every session with libfaketime preloaded; the hosts share one kernel clock otherwise). Expected: the
-    preflight fails naming lab2 and its offset and says how to synchronise, before any host
-    changes; the engine keeps running."""
-    head_before = invocation("lab1", "vllm.service")
-    lab_sh("fault", "clock-skew", "lab2", "+30")
-    try:
-        r = play("site.yml")
-    finally:
-        lab_sh("fault", "clock-skew-off", "lab2")
-    assert r.rc != 0
-    assert re.search(r"clock_skew: engine engine_lab: lab2 \+(29|30)\.[0-9]{3} s against the head lab1"
-                     r" \(at most 2 s\)", plain(r)), plain(r)[-3000:]
-    assert said(r, "Synchronise the clocks from one NTP source on every host")
-    assert r.changed() == {}, f"a refused run changed {r.changed()}"
-    assert invocation("lab1", "vllm.service") == head_before
-    assert on_host("lab1", "systemctl is-active vllm.service").strip() == "active"
 
 
 def test_a_full_disk_while_staging_is_refused_first_and_fails_the_copy_without_touching_the_engine(play):

@@ -64,7 +64,7 @@ HOSTVARS = {
     "lab2": {"vllm_fleet_engine": "engine_lab", "vllm_fleet_rank": 1, "ansible_host": "10.200.0.12"},
     "spark1": {"vllm_fleet_engine": "engine_b", "vllm_fleet_rank": 0, "ansible_host": "spark1.mgmt"},
     "lab1": {"vllm_fleet_engine": "engine_lab", "vllm_fleet_rank": "0", "ansible_host": "10.200.0.11",
-             "vllm_fleet_address": "192.168.50.11"},
+             "vllm_fleet_address": "192.168.50.11", "vllm_fleet_service_address": "10.200.0.11"},
     "lab3": {"ansible_host": "10.200.0.13"},
     "lab4": {"vllm_fleet_engine": "engine_lab", "vllm_fleet_rank": 2},
 }
@@ -73,11 +73,13 @@ HOSTS = list(HOSTVARS)
 
 @pytest.mark.parametrize("engine, peers", [
     ("engine_lab", [
-        {"name": "lab1", "rank": 0, "address": "192.168.50.11"},  # vllm_fleet_address wins over ansible_host
-        {"name": "lab2", "rank": 1, "address": "10.200.0.12"},    # then ansible_host
-        {"name": "lab4", "rank": 2, "address": "lab4"},           # then the inventory name
+        # vllm_fleet_address wins over ansible_host; the service address is its own
+        {"name": "lab1", "rank": 0, "address": "192.168.50.11", "service_address": "10.200.0.11"},
+        # then ansible_host; the service address is the link address when unset (one network)
+        {"name": "lab2", "rank": 1, "address": "10.200.0.12", "service_address": "10.200.0.12"},
+        {"name": "lab4", "rank": 2, "address": "lab4", "service_address": "lab4"},  # then the inventory name
     ]),
-    ("engine_b", [{"name": "spark1", "rank": 0, "address": "spark1.mgmt"}]),
+    ("engine_b", [{"name": "spark1", "rank": 0, "address": "spark1.mgmt", "service_address": "spark1.mgmt"}]),
     ("engine_nobody_has", []),
 ])
 def test_engine_peers(engine, peers):
@@ -132,8 +134,9 @@ def test_engine_names(hosts, names):
 
 def test_engine_heads():
     assert FILTERS["engine_heads"](HOSTS, HOSTVARS) == [
-        {"engine": "engine_lab", "name": "lab1", "rank": 0, "address": "192.168.50.11"},
-        {"engine": "engine_b", "name": "spark1", "rank": 0, "address": "spark1.mgmt"},
+        {"engine": "engine_lab", "name": "lab1", "rank": 0, "address": "192.168.50.11",
+         "service_address": "10.200.0.11"},
+        {"engine": "engine_b", "name": "spark1", "rank": 0, "address": "spark1.mgmt", "service_address": "spark1.mgmt"},
     ]
 
 
@@ -155,7 +158,8 @@ D = DEFAULTS
 # What the record reads from hostvars; the inventory mirrors below are
 # compared on these keys only.
 READS = set(ENGINE_KEYS) | set(RETIRED) | {
-    "vllm_fleet_engine", "vllm_fleet_rank", "vllm_fleet_address", "ansible_host", "group_names",
+    "vllm_fleet_engine", "vllm_fleet_rank", "vllm_fleet_address", "vllm_fleet_service_address", "ansible_host",
+    "group_names",
     "gate_service_listen_host", "gate_service_port"}
 
 # The lab (inventory/lab/hosts.yml and group_vars/vllm_engines/engine.yml) as
@@ -168,9 +172,13 @@ _LAB_ENGINE = {"vllm_fleet_engine": "engine_lab", "vllm_install_model_source": "
                "vllm_verify_min_sessions": 2, "vllm_fleet_probe_prompt_tokens": 1024,
                "vllm_fleet_prefill_threshold_floor": 1.5}
 _LAB_ENGINE_GROUPS = ["engine_lab", "vllm_engines"]
+# lab1 and lab2 are two networks apart, as a Spark pair: the engine on the link
+# (eth1, 10.201.0.0/24), the API on the service network (eth0, 10.200.0.0/24).
 LAB = {
-    "lab1": dict(_LAB_ENGINE, ansible_host="10.200.0.11", vllm_fleet_rank=0, group_names=_LAB_ENGINE_GROUPS),
-    "lab2": dict(_LAB_ENGINE, ansible_host="10.200.0.12", vllm_fleet_rank=1, group_names=_LAB_ENGINE_GROUPS),
+    "lab1": dict(_LAB_ENGINE, ansible_host="10.200.0.11", vllm_fleet_address="10.201.0.11",
+                 vllm_fleet_service_address="10.200.0.11", vllm_fleet_rank=0, group_names=_LAB_ENGINE_GROUPS),
+    "lab2": dict(_LAB_ENGINE, ansible_host="10.200.0.12", vllm_fleet_address="10.201.0.12",
+                 vllm_fleet_service_address="10.200.0.12", vllm_fleet_rank=1, group_names=_LAB_ENGINE_GROUPS),
     "lab3": {"ansible_host": "10.200.0.13", "gate_service_admin_token": "lab-admin-token-not-a-secret",
              "group_names": ["consumers", "gate"]},
 }
@@ -236,9 +244,10 @@ def test_the_lab_engine(hosts):
     assert engine_records(hosts + ["lab3"], LAB) == [{
         "name": "engine_lab",
         "head": "lab1",
-        "head_address": "10.200.0.11",
-        "peers": [{"name": "lab1", "rank": 0, "address": "10.200.0.11"},
-                  {"name": "lab2", "rank": 1, "address": "10.200.0.12"}],
+        "head_address": "10.201.0.11",        # Ray's head, on the link
+        "service_address": "10.200.0.11",     # the API, on the service network
+        "peers": [{"name": "lab1", "rank": 0, "address": "10.201.0.11", "service_address": "10.200.0.11"},
+                  {"name": "lab2", "rank": 1, "address": "10.201.0.12", "service_address": "10.200.0.12"}],
         "hosts": ["lab1", "lab2"],
         "port": D["vllm_server_port"],
         "url": url,
@@ -278,7 +287,7 @@ def test_head_ranked_by_a_string_is_found():
     # The old bug: selectattr('vllm_fleet_rank', 'equalto', 0) missed a "0".
     hostvars = _lab(lab1={"vllm_fleet_rank": "0"}, lab2={"vllm_fleet_rank": "1"})
     (record,) = engine_records(["lab2", "lab1"], hostvars)
-    assert (record["head"], record["head_address"], record["hosts"]) == ("lab1", "10.200.0.11", ["lab1", "lab2"])
+    assert (record["head"], record["head_address"], record["hosts"]) == ("lab1", "10.201.0.11", ["lab1", "lab2"])
     assert record["problems"] == []
 
 
@@ -631,6 +640,32 @@ def test_exactly_one_head_and_no_rank_twice(ranks, head):
     assert record["head"] == head
 
 
+# --- two networks: the link and the service address ----------------------------------------
+
+def test_two_networks_put_the_url_on_the_service_address_and_ray_on_the_link():
+    (record,) = engine_records(LAB_ENGINE_HOSTS, LAB)
+    assert record["url"] == f"http://10.200.0.11:{D['vllm_server_port']}"
+    assert record["api_url"] == record["url"] + "/v1"
+    assert (record["head_address"], record["service_address"]) == ("10.201.0.11", "10.200.0.11")
+    assert [p["address"] for p in record["peers"]] == ["10.201.0.11", "10.201.0.12"]
+
+
+def test_one_network_sets_no_new_variable():
+    """Without vllm_fleet_address and vllm_fleet_service_address every address is ansible_host's."""
+    one = _lab(lab1={"vllm_fleet_address": None, "vllm_fleet_service_address": None},
+               lab2={"vllm_fleet_address": None, "vllm_fleet_service_address": None})
+    (record,) = engine_records(LAB_ENGINE_HOSTS, one)
+    assert record["url"] == f"http://10.200.0.11:{D['vllm_server_port']}"
+    assert record["head_address"] == record["service_address"] == "10.200.0.11"
+    assert record["peers"][1] == {"name": "lab2", "rank": 1, "address": "10.200.0.12",
+                                  "service_address": "10.200.0.12"}
+    assert record["problems"] == []
+
+
+def test_the_service_address_defaults_to_the_link_address_in_the_defaults_file():
+    assert D["vllm_fleet_service_address"] == "{{ vllm_fleet_address }}"
+
+
 # --- gate_url --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("hosts, hostvars, url", [
@@ -641,6 +676,9 @@ def test_exactly_one_head_and_no_rank_twice(ranks, head):
     (["lab3"], _lab(lab3={"gate_service_listen_host": "0.0.0.0", "vllm_fleet_address": "192.168.50.13"}),
      f"http://192.168.50.13:{D['gate_service_port']}"),
     (["lab3"], _lab(lab3={"gate_service_listen_host": "0.0.0.0"}), f"http://10.200.0.13:{D['gate_service_port']}"),
+    (["lab3"], _lab(lab3={"gate_service_listen_host": "0.0.0.0", "vllm_fleet_address": "10.201.0.13",
+                          "vllm_fleet_service_address": "192.168.50.13"}),
+     f"http://192.168.50.13:{D['gate_service_port']}"),                     # the service address, not the link
     (["lab3"], _lab(lab3={"gate_service_listen_host": "::"}), f"http://10.200.0.13:{D['gate_service_port']}"),
     (["lab3"], _lab(lab3={"gate_service_listen_host": "10.9.9.9"}), f"http://10.9.9.9:{D['gate_service_port']}"),
     (["lab3"], _lab(lab3={"gate_service_port": 9100}), "http://10.200.0.13:9100"),

@@ -21,7 +21,8 @@ def probe(offset):
 
 
 def test_filters_are_registered():
-    assert set(FILTERS) == {"gpu_preflight_clock_skew", "gpu_preflight_report", "gpu_preflight_summary"}
+    assert set(FILTERS) == {"gpu_preflight_clock_skew", "gpu_preflight_link_mtu", "gpu_preflight_report",
+                            "gpu_preflight_summary"}
 
 
 @pytest.mark.parametrize(
@@ -44,6 +45,33 @@ def test_clock_skew(hostvars, ok, detail):
 def test_clock_skew_needs_peers():
     with pytest.raises(AnsibleFilterError):
         FILTERS["gpu_preflight_clock_skew"]([], {}, 2, "engine_a")
+
+
+def link(mtu, interface="enp1s0f1np1"):
+    return {"__gpu_preflight_info": {"link_interface": interface, "link_mtu": mtu, "checks": []}}
+
+
+@pytest.mark.parametrize(
+    "hostvars,ok,detail",
+    [
+        ({"spark1": link(9000), "spark2": link(9000)}, True,
+         "engine engine_a: spark1 enp1s0f1np1 mtu 9000, spark2 enp1s0f1np1 mtu 9000"),
+        ({"spark1": link(9000), "spark2": link(1500, "enP2p1s0f1np1")}, False,
+         "engine engine_a: the link's ends disagree on the MTU: spark1 enp1s0f1np1 mtu 9000,"
+         " spark2 enP2p1s0f1np1 mtu 1500"),
+        ({"spark1": link(9000), "spark2": link(None)}, False, "engine engine_a: no MTU read from spark2"),
+        ({"spark1": link(9000)}, False, "engine engine_a: no MTU read from spark2"),
+    ],
+)
+def test_link_mtu(hostvars, ok, detail):
+    check = FILTERS["gpu_preflight_link_mtu"](list(reversed(PEERS)), hostvars, "engine_a")
+    assert check["check"] == "link_mtu"
+    assert (check["ok"], check["detail"]) == (ok, detail)
+
+
+def test_link_mtu_needs_peers():
+    with pytest.raises(AnsibleFilterError):
+        FILTERS["gpu_preflight_link_mtu"]([], {}, "engine_a")
 
 
 def test_report_and_summary():

@@ -59,13 +59,21 @@ class Host:
         (self.proc / "26192" / "cgroup").write_text((HOST / "cgroup_dev_container.txt").read_text())
         monkeypatch.setattr(gpu_preflight_info, "PROC", str(self.proc))
         self.calls = root / "calls.log"
-        self.print("ip", HOST / "ip_o4_addr_dev_container.txt")
+        self.ip(HOST / "ip_o4_addr_dev_container.txt", HOST / "ip_o_link_dev_container.txt")
         self.print("ss", HOST / "ss_Htlnp_dev_container.txt")
 
     def print(self, name: str, fixture: Path, rc: int = 0):
         out = self.root / f"{name}.out"
         out.write_text(fixture.read_text())
         make_exe(self.bin / name, f'#!/bin/sh\necho "{name} $*" >> "{self.calls}"\ncat "{out}"\nexit {rc}\n')
+
+    def ip(self, addr: Path, link: Path, link_rc: int = 0):
+        """``ip -o -4 addr show`` prints ``addr``, ``ip -o link show`` prints ``link``."""
+        (self.root / "addr.out").write_text(addr.read_text())
+        (self.root / "link.out").write_text(link.read_text())
+        make_exe(self.bin / "ip", f'#!/bin/sh\necho "ip $*" >> "{self.calls}"\n'
+                                  f'case "$*" in "-o link show") cat "{self.root / "link.out"}"; exit {link_rc};; esac\n'
+                                  f'cat "{self.root / "addr.out"}"\n')
 
     def nvidia_smi(self, table: str, csv: str | None = None, rc: int = 0):
         (self.root / "table.out").write_text(smi_output(table))
@@ -119,7 +127,7 @@ def test_gb10_passes_on_host_meminfo(fake, run_module):
     assert result.get("failed") is not True, result.get("msg")
     assert result["ok"] is True and result["changed"] is False
     assert names(result) == ["gpu_driver", "gpu_count", "gpu_memory", "cuda_version", "engine_interface",
-                             "engine_subnet", "ports_free"]
+                             "engine_link", "engine_subnet", "ports_free"]
     assert result["memory_source"] == "host meminfo"
     assert result["unified_memory"] is True
     assert (result["driver_version"], result["cuda_version"], result["gpu_count"]) == ("580.126.09", "13.0", 1)
@@ -129,7 +137,7 @@ def test_gb10_passes_on_host_meminfo(fake, run_module):
     assert "host MemTotal from /proc/meminfo 121.7 GiB" in memory["detail"]
     assert result["report"][0] == "PASS gpu_driver: driver 580.126.09, CUDA 13.0; nvidia-smi sees 1 GPU(s): 0 NVIDIA GB10"
     assert result["failed_checks"] == [] and result["skipped_checks"] == []
-    assert result["message"] == "all 7 preflight checks passed"
+    assert result["message"] == "all 8 preflight checks passed"
     assert fake.commands()[:2] == [
         "nvidia-smi ",
         "nvidia-smi --query-gpu=index,name,uuid,memory.total,memory.used,driver_version,compute_cap --format=csv,nounits",
@@ -142,7 +150,7 @@ def test_every_failed_check_is_in_the_message(fake, run_module):
     assert result["failed"] is True
     assert result["failed_checks"] == ["gpu_memory", "cuda_version", "engine_interface", "engine_subnet", "ports_free"]
     lines = result["msg"].splitlines()
-    assert lines[0] == "5 of 7 preflight checks failed:"
+    assert lines[0] == "5 of 8 preflight checks failed:"
     assert [ln.split(":")[0] for ln in lines[1:] if ln.startswith("- ")] == [
         "- gpu_memory", "- cuda_version", "- engine_interface", "- engine_subnet", "- ports_free"]
     assert sum(ln.startswith("  fix: ") for ln in lines) == 5
@@ -207,7 +215,8 @@ def test_cpu_skips_only_the_gpu_checks(fake, run_module, tmp_path):
                                                  nvidia_smi=str(tmp_path / "absent"),
                                                  disk_path=str(tmp_path), min_disk_gib=0.001))
     assert result["ok"] is True, result.get("msg")
-    assert names(result) == ["engine_interface", "engine_subnet", "ports_free", "disk_free"]
+    assert names(result) == ["engine_interface", "engine_link", "engine_subnet", "ports_free", "disk_free"]
+    assert result["link_mtu"] == 1400
     assert result["skipped_checks"] == ["gpu_driver", "gpu_count", "gpu_memory", "cuda_version"]
     assert result["gpus"] == [] and result["memory_source"] is None and result["driver_version"] is None
     assert not any(c.startswith("nvidia-smi") for c in fake.commands())
@@ -222,6 +231,33 @@ def test_wrong_interface_names_the_right_one(fake, run_module):
     assert check["detail"] == "interface enp1s0f1np1 does not exist; this host has eth0, lo"
     assert "is on eth0: set interface, and the engine's NCCL_SOCKET_IFNAME" in check["hint"]
     assert "ip -o -4 addr show" in fake.commands()
+
+
+def test_two_networks_check_the_service_address_and_the_links_state(fake, run_module):
+    """A Spark pair: the engine on the link (eth1), the API on the LAN (eth0)."""
+    fake.ip(HOST / "ip_o4_addr_dev_container.txt", HOST / "ip_o_link_dev_container.txt")
+    args = dict(accelerator="cpu", interface="eth0", address="192.0.2.2", service_address="192.0.2.2")
+    result = run_module(gpu_preflight_info, args)
+    assert names(result) == ["engine_interface", "engine_link"]  # one network: no service_address check
+    assert "ip -o link show" in fake.commands()
+    away = run_module(gpu_preflight_info, dict(args, service_address="198.51.100.7", on_failure="warn"))
+    assert away["ok"] is False and away["failed_checks"] == ["service_address"]
+    assert "the service address 198.51.100.7 is on no interface" in away["message"]
+
+
+def test_a_link_without_carrier_fails_engine_link(fake, run_module):
+    fake.ip(HOST / "ip_o4_addr_dev_container.txt", HOST / "ip_o_link_veth_peer_down.txt")
+    (fake.net / "eth1").mkdir()
+    result = run_module(gpu_preflight_info, dict(accelerator="cpu", interface="eth1", on_failure="warn"))
+    assert "engine_link" in result["failed_checks"]
+    assert "eth1 is down (state DOWN)" in result["message"] and result["link_mtu"] == 9000
+
+
+def test_a_failed_ip_link_fails_engine_link(fake, run_module):
+    fake.ip(HOST / "ip_o4_addr_dev_container.txt", HOST / "ip_o_link_dev_container.txt", link_rc=1)
+    result = run_module(gpu_preflight_info, dict(accelerator="cpu", interface="eth0"))
+    assert result["failed"] is True and result["failed_checks"] == ["engine_link"]
+    assert result["link_mtu"] is None
 
 
 def test_ports_held_by_the_toolkits_own_unit_pass(fake, run_module):
@@ -317,7 +353,7 @@ def test_warn_reports_without_failing(fake, run_module):
         # In-process the module's name reads basic.py; through AnsiballZ it is gpu_preflight_info.
         ({"bogus": 1}, "Unsupported parameters for (basic.py) module: bogus. Supported parameters include: "
          "accelerator, address, controller_time, disk_path, interface, min_cuda_version, min_disk_gib, "
-         "min_gpu_memory_gib, min_gpus, nvidia_smi, on_failure, owner_units, peer_addresses, ports."),
+         "min_gpu_memory_gib, min_gpus, nvidia_smi, on_failure, owner_units, peer_addresses, ports, service_address."),
         ({"min_cuda_version": "twelve"}, "min_cuda_version must be a version such as 12.8, got 'twelve'"),
         ({"min_gpus": -1}, "min_gpus must be 0 or more, got -1"),
         ({"ports": [8000, 0, 70000]}, "ports must be between 1 and 65535, got 0, 70000"),

@@ -37,6 +37,8 @@ from ansible.module_utils.gpu_preflight import (
     check_ports,
     is_ipv4,
     parse_ip_addr,
+    parse_ip_link,
+    check_link_up,
     parse_meminfo,
     parse_ss,
     validate_options,
@@ -72,6 +74,7 @@ def capture(*names: str) -> list:
 
 MEMINFO = capture("meminfo_head_dev_container.txt", "meminfo_gb10_dgx_spark_notes.txt")
 IP_ADDR = capture("ip_o4_addr_dev_container.txt")
+IP_LINK = capture("ip_o_link_dev_container.txt", "ip_o_link_veth_peer_down.txt", "ip_o_link_veth_mtu9000_end.txt")
 SS = capture("ss_Htlnp_dev_container.txt", "ss_Htln_dev_container.txt")
 CGROUP = capture("cgroup_dev_container.txt", "cgroup_v1_session_snapd9128.txt", "cgroup_v2_service_laurel228.txt")
 
@@ -197,6 +200,38 @@ def test_ip_addr_is_linear():
     assert_linear(parse_ip_addr, lambda n: (ETH0 + "\n") * (n // len(ETH0)))
 
 
+# ---- ip -o link show ---------------------------------------------------------------------------
+
+@given(documents(IP_LINK))
+def test_ip_link_never_raises_and_reads_only_written_mtus(text):
+    links = parse_ip_link(text)
+    for name, link in links.items():
+        assert isinstance(name, str) and "@" not in name and ":" not in name and name
+        assert isinstance(link.mtu, int) and isinstance(link.up, bool)
+        assert link.state.isascii() and link.state.isupper()
+        assert check_link_up(name, links).ok is link.up
+    assert_numbers_from([link.mtu for link in links.values()], text)
+
+
+def test_ip_link_look_alike_and_huge_mtus_are_no_line():
+    eth0 = IP_LINK[3]  # "4: eth0: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1400 ..."
+    assert parse_ip_link(eth0)["eth0"].mtu == 1400
+    for mtu in (non_ascii_number("1400"), HUGE_NUMBER, "１４００"):
+        assert parse_ip_link(eth0.replace("mtu 1400", f"mtu {mtu}")) == {}
+
+
+@pytest.mark.parametrize("value", [None, b"x", 3, [IP_LINK[0]]])
+def test_ip_link_of_no_text(value):
+    assert parse_ip_link(value) == {}
+
+
+def test_ip_link_is_linear():
+    eth0 = IP_LINK[3]
+    assert_linear(parse_ip_link, lambda n: "4: eth0: <" + "UP," * (n // 3) + "> mtu 1")
+    assert_linear(parse_ip_link, lambda n: "4: eth0: <UP> mtu 1" + " state" * (n // 6))
+    assert_linear(parse_ip_link, lambda n: (eth0 + "\n") * (n // len(eth0)))
+
+
 # ---- is_ipv4 and the options -------------------------------------------------------------------
 
 # 5,000-digit ints built, not sampled: hypothesis prints a sampled value (str() of it raises).
@@ -252,6 +287,8 @@ def test_validate_options_raises_only_its_error_and_what_it_passes_the_checks_ca
     (dict(peer_addresses=[non_ascii_number("10") + ".0.0.2"]),
      "peer_addresses must be IPv4 addresses, got '" + non_ascii_number("10") + ".0.0.2'"),
     (dict(peer_addresses="10.0.0.2"), "peer_addresses must be a list of IPv4 addresses, got 10.0.0.2"),
+    (dict(service_address="lan.example"), "service_address must be an IPv4 address, got 'lan.example'"),
+    (dict(service_address="010.0.0.1"), "service_address must be an IPv4 address, got '010.0.0.1'"),
     (dict(ports=["80"]), "ports must be between 1 and 65535, got '80'"),
     (dict(ports=[10 ** 5000, True]), "ports must be between 1 and 65535, got a number of more than 30 digits, True"),
     (dict(ports=None), "ports must be a list of port numbers, got None"),
