@@ -137,8 +137,11 @@ start_host() {
   # Detached (own session), the lab lock (fd 9) not inherited; its output is the console log.
   # CAP_NET_ADMIN: nspawn drops it with --network-namespace-path; the host's own netns is
   # private, and ray_cluster's firewall (nftables) needs it, as on a real engine host.
+  # RLIMIT_MEMLOCK: the engine's units raise it to infinity for RDMA (vllm_fleet_limit_memlock),
+  # which a real host's systemd may (CAP_SYS_RESOURCE); nspawn keeps that capability from the
+  # host's PID 1, so the hard limit starts where a real host lets systemd raise it.
   setsid "$LAB_ROOT/lib/nspawn-host.sh" "$name" "$d/merged" "$STATE_DIR/$name.stopping" \
-    --capability=CAP_NET_ADMIN \
+    --capability=CAP_NET_ADMIN --rlimit=RLIMIT_MEMLOCK=infinity \
     --bind-ro="$APTREPO:/srv/aptrepo" --bind-ro="$WHEELS:/wheels" --bind-ro="$MODELS:/srv/models" \
     </dev/null >>"$LOG_DIR/$name.console.log" 2>&1 9>&- &
   echo $! >"$STATE_DIR/$name.pid"

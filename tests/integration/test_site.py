@@ -47,13 +47,24 @@ def test_first_converge_serves_tp2_over_ray_across_two_hosts(play):
     # :6379) and the TP rank's own (Ray's and Gloo's, from the RayWorkerProc).
     worker = on_host("lab2", "pgrep -f '^ray::RayWorkerProc' | head -n 1").strip()
     assert worker.isdigit(), "no RayWorkerProc on lab2"
+
+    def peer(line: str) -> tuple[str, str]:
+        """The far end of an `ss` line, an IPv4-mapped IPv6 address written as IPv4."""
+        host, _, port = line.split()[3].rpartition(":")
+        return host.strip("[]").removeprefix("::ffff:"), port
+
     to_lab1 = [line for line in on_host("lab2", "ss -Htnp state established").splitlines()
-               if line.split()[3].rsplit(":", 1)[0] in ("10.201.0.11", "10.200.0.11")]
-    assert to_lab1 and all(line.split()[3].startswith("10.201.0.11:") for line in to_lab1), to_lab1
-    assert any(line.split()[3] == "10.201.0.11:6379" for line in to_lab1), to_lab1
+               if peer(line)[0] in ("10.201.0.11", "10.200.0.11")]
+    assert to_lab1 and all(peer(line)[0] == "10.201.0.11" for line in to_lab1), to_lab1
+    assert ("10.201.0.11", "6379") in [peer(line) for line in to_lab1], to_lab1
     assert any(f"pid={worker}," in line for line in to_lab1), to_lab1
     assert "OPENAI_BASE_URL=http://10.200.0.11:8000/v1" in on_host(
         "lab3", "grep -h OPENAI_BASE_URL /etc/vllm-fleet/endpoint.env")
+    # Ray's unit (its workers inherit it) carries the link's environment, and both units the
+    # locked-memory limit RDMA needs.
+    ray_env = on_host("lab2", "systemctl show -P Environment ray.service").split()
+    assert {"VLLM_HOST_IP=10.201.0.12", "NCCL_SOCKET_IFNAME=eth1", "GLOO_SOCKET_IFNAME=eth1"} <= set(ray_env), ray_env
+    assert on_host("lab1", "systemctl show -P LimitMEMLOCK vllm.service ray.service").split() == ["infinity"] * 2
 
 
 def test_a_skewed_clock_and_a_link_mtu_mismatch_are_refused_before_any_host_changes(play):
