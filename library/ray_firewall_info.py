@@ -36,6 +36,13 @@ options:
     type: list
     elements: int
     default: []
+  engine_ports:
+    description:
+      - The engine's other ports, reset like Ray's for anything but its hosts (the mp backend's master port, where
+        torch's store listens on every address).
+    type: list
+    elements: int
+    default: []
 attributes:
   check_mode:
     support: full
@@ -91,6 +98,7 @@ def main():
             ray_port=dict(type="int", required=True),
             worker_ports=dict(type="list", elements="int", required=True),
             open_ports=dict(type="list", elements="int", default=[]),
+            engine_ports=dict(type="list", elements="int", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -101,7 +109,7 @@ def main():
     except OSError as exc:
         module.fail_json(msg=f"cannot read {RANGE_FILE}: {exc}")
     try:
-        result = rules(p["peers"], p["ray_port"], p["worker_ports"], ephemeral, p["open_ports"])
+        result = rules(p["peers"], p["ray_port"], p["worker_ports"], ephemeral, p["open_ports"], p["engine_ports"])
     except FirewallError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, **result)

@@ -377,10 +377,11 @@ def host_problems(hosts, hostvars, group, ports=()):
     problems = []
     for name in hosts or []:
         hv = hostvars[name]
-        if not (hv.get("vllm_fleet_address") or hv.get("ansible_host")) and not _named_by_address(str(name)):
+        if not (hv.get("vllm_fleet_service_address") or hv.get("vllm_fleet_address") or hv.get("ansible_host")) \
+                and not _named_by_address(str(name)):
             problems.append(f"{name} in the group {group} has no address: set its ansible_host (and"
-                            " vllm_fleet_address if the model is reached on another network), or check the name"
-                            " for a typo that made it a new host")
+                            " vllm_fleet_service_address if the others reach it on another network), or check the"
+                            " name for a typo that made it a new host")
         for key in ports or ():
             if problem := _port_problem(key, _get(hv, key)):
                 problems.append(f"{name} in the group {group}: {problem}")

@@ -73,13 +73,16 @@ def _subtract(spans: t.List[t.Tuple[int, int]], holes: t.List[int]) -> t.List[t.
     return spans
 
 
-def rules(peers: t.Any, ray_port: t.Any, worker_ports: t.Any, ephemeral: t.Any, open_ports: t.Any = ()) -> dict:
+def rules(peers: t.Any, ray_port: t.Any, worker_ports: t.Any, ephemeral: t.Any, open_ports: t.Any = (),
+          engine_ports: t.Any = ()) -> dict:
     """{peers4, peers6, reset, open} for the template.
 
     ``peers`` are the engine's host addresses (IPv4 or IPv6); ``worker_ports``
     is (min, max) of Ray's worker range; ``ephemeral`` the text of
     ``ip_local_port_range``; ``open_ports`` are ports that stay reachable from
-    anywhere even inside those ranges (vLLM's API, ssh, the operator's own).
+    anywhere even inside those ranges (vLLM's API, ssh, the operator's own);
+    ``engine_ports`` are the engine's other ports between its hosts only (the
+    mp backend's master port, where torch's store listens on every address).
     ``reset`` and ``open`` are nftables set elements (``"6379"``,
     ``"20100-20999"``), merged, with the open ports cut out of ``reset``.
     """
@@ -104,8 +107,14 @@ def rules(peers: t.Any, ray_port: t.Any, worker_ports: t.Any, ephemeral: t.Any, 
     gcs = _port("ray_cluster_port", ray_port)
     if gcs in opened:
         raise FirewallError("port %d is Ray's GCS and cannot also be open to everyone" % gcs)
+    if not isinstance(engine_ports, (list, tuple)):
+        raise FirewallError("the engine's ports must be a list of port numbers, got %r" % (engine_ports,))
+    own = sorted({_port("an engine port", p) for p in engine_ports})
+    both = sorted(set(own) & set(opened))
+    if both:
+        raise FirewallError("port %d is the engine's own and cannot also be open to everyone" % both[0])
     spans = [(gcs, gcs), (RAY_CLIENT_PORT, RAY_CLIENT_PORT), (RAY_DASHBOARD_AGENT_PORT, RAY_DASHBOARD_AGENT_PORT),
-             (wmin, wmax), ephemeral_range(ephemeral)]
+             (wmin, wmax), ephemeral_range(ephemeral)] + [(p, p) for p in own]
     reset = _subtract(_merge(spans), opened)
     fmt = lambda s: str(s[0]) if s[0] == s[1] else "%d-%d" % s  # noqa: E731
     return {"peers4": sorted(set(v4)), "peers6": sorted(set(v6)), "reset": [fmt(s) for s in reset],

@@ -72,6 +72,8 @@ def test_the_mp_backend_serves_tp2_across_two_hosts_and_reserve_off_is_refused_a
     assert "raylet" not in head + worker
     assert "--max-num-seqs 4" not in head, "the down worker's refused run left its flag"
     assert "10.201.0.12" in head_peers(), "the worker is admitted at its link address"
+    assert "29555" in on_host("lab1", "nft list table inet vllm_fleet_ray"), \
+        "the master port (torch's store on every address) is not reset for the service network"
     client = openai.OpenAI(base_url=BASE_URL + "/v1", api_key=engine_key(), timeout=60, max_retries=0)
     assert client.completions.create(model="tiny", prompt="ping", max_tokens=1).usage.completion_tokens == 1
 

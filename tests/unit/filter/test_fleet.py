@@ -1236,10 +1236,11 @@ def test_an_engine_without_a_head_is_not_compared():
     ("2001:db8::21", {}, (), []),
     ("app1.example.net", {}, (), []),
     ("localhost", {}, (), []),
-    ("app2", {}, (), ["app2 in the group consumers has no address: set its ansible_host (and vllm_fleet_address if"
-                      " the model is reached on another network), or check the name for a typo that made it a new"
-                      " host"]),
+    ("app2", {}, (), ["app2 in the group consumers has no address: set its ansible_host (and"
+                      " vllm_fleet_service_address if the others reach it on another network), or check the name"
+                      " for a typo that made it a new host"]),
     ("app2", {"ansible_host": ""}, (), ["app2 in the group consumers has no address"]),
+    ("app2", {"vllm_fleet_service_address": "192.0.2.22"}, (), []),
     ("app1", {"ansible_host": "192.0.2.21"}, ("gate_service_port",), []),
     ("app1", {"ansible_host": "192.0.2.21", "gate_service_port": "8100"}, ("gate_service_port",), []),
     ("app1", {"ansible_host": "192.0.2.21", "gate_service_port": 70000}, ("gate_service_port",),

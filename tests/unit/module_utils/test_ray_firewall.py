@@ -33,6 +33,18 @@ def test_open_ports_are_cut_out_of_the_ranges():
     assert r["open"] == ["20100", "40000", "60999"]
 
 
+def test_the_mp_master_port_is_reset_for_anything_but_the_engine():
+    """torch's store on the mp backend's master port listens on every address."""
+    r = rules(PEERS, 6379, [20100, 20999], RANGE, [8000, 22], [29555])
+    assert r["reset"] == ["6379", "10001", "20100-20999", "29555", "32768-60999"]
+    with pytest.raises(FirewallError, match="port 29555 is the engine's own and cannot also be open to everyone"):
+        rules(PEERS, 6379, [20100, 20999], RANGE, [29555], [29555])
+    with pytest.raises(FirewallError, match="the engine's ports must be a list of port numbers, got 29555"):
+        rules(PEERS, 6379, [20100, 20999], RANGE, [], 29555)
+    with pytest.raises(FirewallError):
+        rules(PEERS, 6379, [20100, 20999], RANGE, [], [70000])
+
+
 def test_ipv6_peers_and_duplicates():
     r = rules(["fd00::1", "10.0.0.1", "fd00::1", " 10.0.0.1"], 6379, [20100, 20999], RANGE)
     assert (r["peers4"], r["peers6"]) == (["10.0.0.1"], ["fd00::1"])
