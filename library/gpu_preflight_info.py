@@ -189,7 +189,8 @@ report:
   type: list
   elements: str
 gpus:
-  description: The GPUs C(nvidia-smi) shows; memory in MiB, C(null) when not reported (unified memory).
+  description: The GPUs C(nvidia-smi) shows; memory in MiB, C(null) when not reported (unified memory); C(bus_id)
+    C(null) where the table prints N/A for it (an integrated GPU such as Jetson's).
   returned: always
   type: list
   elements: dict
