@@ -21,9 +21,9 @@ description:
     The combined line from v0.28, whose first word is the device (C(GPU), C(CPU), C(XPU), C(GPU + host)) from v0.30.
   - >-
     Each line counts only where vLLM prints it: at the start of the message after vLLM's log prefix
-    (level, C(MM-DD HH:MM:SS), C([file.py:N])), logged by the file that prints that line
-    (C(kv_cache_utils.py) or a V0 executor for the capacity lines, a worker for the memory line,
-    the API server's entrypoints for the banner and C(non-default args)).
+    (level, C(MM-DD HH:MM:SS) or the C(...) a paste elides it to, C([file.py:N])),
+    logged by the file that prints that line (C(kv_cache_utils.py) or a V0 executor for the capacity lines,
+    a worker for the memory line, the API server's entrypoints for the banner and C(non-default args)).
     Before vLLM's prefix may stand what log collectors add: ANSI colour, journald and syslog stamps,
     docker and kubelet timestamps, docker compose and kubectl names, vLLM's and Ray's process labels (nested),
     quote bars and k9s boxes. A line that starts with other text is not vLLM's.
