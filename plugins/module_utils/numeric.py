@@ -37,6 +37,19 @@ def finite(value):
         return None
 
 
+def finite_float(value):
+    """A finite float from a number or numeric text (``"2.5"``, ``" 3 "``; not
+    a bool), else None: ``float()`` reads "1e999" and 5,000 digits as inf, and
+    raises OverflowError on an int past float's range. Never raises."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return finite(number)
+
+
 def shown(value, limit: int = SHOWN_CHARS) -> str:
     """``repr(value)`` for a message, cut to ``limit`` characters; an int of
     more than 30 digits reads as such. Never raises."""
@@ -50,10 +63,9 @@ def shown(value, limit: int = SHOWN_CHARS) -> str:
 
 
 def text(value) -> str:
-    """``str(value)``, except that an int of more than 30 digits, or a value
-    whose ``str()`` raises, reads as :func:`shown` says. Never raises."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** _SHOWN_DIGITS:
-        return shown(value)
+    """``str(value)``, except that a value whose ``str()`` raises (an int of
+    more than 4,300 digits, a list holding one) reads as :func:`shown` says.
+    Never raises."""
     try:
         return str(value)
     except Exception:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import typing as t
 
-from ansible.module_utils.numeric import finite, shown
+from ansible.module_utils.numeric import finite, finite_float, shown
 
 POLICIES = ("always", "when-degraded")
 MODES = ("direct", "gate")
@@ -340,12 +340,12 @@ def report(plan_: t.Any, results: t.Any, consumers_t: t.Any = None, failed: t.An
             row.update(got if isinstance(got, dict) else {"outcome": "not reached"})
         else:
             row["outcome"] = "skipped"
-        away, back = _num(moved.get("away")), _num(moved.get("back"))
+        away, back = finite_float(moved.get("away")), finite_float(moved.get("back"))
         if e["name"] == fed and away is not None and back is not None and row.get("outcome") == "restarted":
-            inner = _num(row.get("drained_s")) or 0.0
+            inner = finite_float(row.get("drained_s")) or 0.0
             row["drained_s"] = round(back - away, 1)
-            if _num(row.get("overhead_s")) is not None:
-                row["overhead_s"] = round(_num(row["overhead_s"]) + (back - away) - inner, 1)
+            if finite_float(row.get("overhead_s")) is not None:
+                row["overhead_s"] = round(finite_float(row["overhead_s"]) + (back - away) - inner, 1)
         engines.append(row)
     outcomes = [r["outcome"] for r in engines]
     outcome = "failed" if failed or "failed" in outcomes else "succeeded"
@@ -353,17 +353,6 @@ def report(plan_: t.Any, results: t.Any, consumers_t: t.Any = None, failed: t.An
             "restarted": [r["name"] for r in engines if r["outcome"] == "restarted"],
             "skipped": [r["name"] for r in engines if r["outcome"] == "skipped"],
             "failed": [r["name"] for r in engines if r["outcome"] == "failed"]}
-
-
-def _num(value: t.Any) -> t.Optional[float]:
-    """A finite number from a number or numeric text (not a bool), else None."""
-    if isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError, OverflowError):  # OverflowError: an int past float's range
-        return None
-    return finite(number)
 
 
 def report_line(report: t.Any) -> str:
@@ -377,8 +366,8 @@ def report_line(report: t.Any) -> str:
         outcome = e.get("outcome")
         if outcome == "restarted":
             bits = ["%s restarted (was %s, drain %s" % (e.get("name"), e.get("verdict"), e.get("drain"))]
-            if _num(e.get("downtime_s")) is not None:
-                bits.append(", down %.1f s" % _num(e["downtime_s"]))
+            if finite_float(e.get("downtime_s")) is not None:
+                bits.append(", down %.1f s" % finite_float(e["downtime_s"]))
             parts.append("".join(bits) + ")")
         elif outcome == "failed":
             parts.append("%s FAILED at %s" % (e.get("name"), e.get("step")))

@@ -1,5 +1,5 @@
-"""Tests for plugins/module_utils/numeric.py: finite() reads a number or
-nothing, shown() and text() quote any value; none of them raises."""
+"""Tests for plugins/module_utils/numeric.py: finite() and finite_float() read
+a number or nothing, shown() and text() quote any value; none of them raises."""
 from __future__ import annotations
 
 import ast
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ansible.module_utils.numeric import SHOWN_CHARS, finite, shown, text
+from ansible.module_utils.numeric import SHOWN_CHARS, finite, finite_float, shown, text
 from hostile import HUGE_DIGITS, OUT_OF_RANGE, out_of_range
 
 
@@ -31,11 +31,22 @@ def test_finite(value, expected):
     assert finite(value) is None or type(finite(value)) is type(value)
 
 
+@pytest.mark.parametrize("value, expected", [
+    (2, 2.0), ("2.5", 2.5), (" 3 ", 3.0), (1e308, 1e308), ("1e308", 1e308),
+    ("1e999", None), ("9" * 5000, None), (10 ** 400, None), ("inf", None), ("nan", None), (float("nan"), None),
+    (True, None), (None, None), ("many", None), ([1], None),
+], ids=ids)
+def test_finite_float(value, expected):
+    """float() of an int past float's range raised OverflowError; "1e999" read as inf."""
+    assert finite_float(value) == expected
+
+
 @given(st.one_of(out_of_range(), st.lists(out_of_range(), max_size=3), st.dictionaries(st.text(max_size=3),
                                                                                           out_of_range(), max_size=2)))
 def test_nothing_raises_and_every_number_is_finite(value):
     number = finite(value)
     assert number is None or math.isfinite(float(number))
+    assert finite_float(value) is None or math.isfinite(finite_float(value))
     assert len(shown(value)) <= SHOWN_CHARS
     text(value)
 
@@ -51,8 +62,8 @@ def test_shown(value, expected):
 
 
 @pytest.mark.parametrize("value, expected", [
-    ("8000", "8000"), (8000, "8000"), (None, "None"), ("x" * 100, "x" * 100),
-    (10 ** HUGE_DIGITS, "a number of more than 30 digits"),
+    ("8000", "8000"), (8000, "8000"), (None, "None"), ("x" * 100, "x" * 100), (10 ** 40, "1" + "0" * 40),
+    (10 ** HUGE_DIGITS, "a number of more than 30 digits"), ([10 ** HUGE_DIGITS], "a list"),
 ], ids=ids)
 def test_text(value, expected):
     assert text(value) == expected
