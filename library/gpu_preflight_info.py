@@ -300,7 +300,9 @@ def _validate(module):
     p = module.params
     try:
         validate_options(min_cuda_version=p["min_cuda_version"], min_gpus=p["min_gpus"], ports=p["ports"],
-                         address=p["address"], peer_addresses=p["peer_addresses"])
+                         address=p["address"], peer_addresses=p["peer_addresses"],
+                         min_gpu_memory_gib=p["min_gpu_memory_gib"], min_disk_gib=p["min_disk_gib"],
+                         controller_time=p["controller_time"])
     except PreflightOptionError as exc:
         module.fail_json(msg=str(exc))
 
