@@ -265,6 +265,7 @@ changed:
 import math
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.numeric import shown
 from ansible.module_utils.systemd import parse_show
 from ansible.module_utils.vllm_kv_cache import (
     CapacityNotFoundError,
@@ -335,7 +336,8 @@ def main():
     params = module.params
     for name in ("context_tokens", "min_sessions"):
         if params[name] is not None and params[name] < 1:
-            module.fail_json(msg="%s must be a positive integer, got %d." % (name, params[name]), changed=False)
+            # shown(): the argspec's int reads "-1e999" as a 1,000-digit int.
+            module.fail_json(msg="%s must be a positive integer, got %s." % (name, shown(params[name])), changed=False)
     context_tokens = params["context_tokens"]
 
     description = params["unit"] and "unit %s" % params["unit"] or params["path"] or "content"
