@@ -439,7 +439,8 @@ def test_valid_options(changes):
     ({"min_gpu_memory_gib": float("inf")}, "min_gpu_memory_gib must be a number of GiB, 0 or more, got inf"),
     ({"min_disk_gib": float("-inf")}, "min_disk_gib must be a number of GiB, 0 or more, got -inf"),
     ({"min_disk_gib": -1.0}, "min_disk_gib must be a number of GiB, 0 or more, got -1.0"),
-    ({"min_disk_gib": 10 ** 5000}, "min_disk_gib must be a number of GiB, 0 or more, got a number of more than 30 digits"),
+    ({"min_disk_gib": 10 ** 5000},
+     "min_disk_gib must be a number of GiB, 0 or more, got a number of more than 30 digits"),
     ({"controller_time": float("nan")}, "controller_time must be epoch seconds (now().timestamp()), got nan"),
     ({"controller_time": 10 ** 400}, "controller_time must be epoch seconds (now().timestamp()), got a number of more "
                                      "than 30 digits"),

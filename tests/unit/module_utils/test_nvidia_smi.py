@@ -154,7 +154,8 @@ def test_failure_capture(name, kind, words, parser):
     assert caught.value.hint
 
 
-@pytest.mark.parametrize("name", ["01_gb10_csv_memory_na_unsloth10283.txt", "06_gb10_table_580_126_arctictraining345.txt",
+@pytest.mark.parametrize("name", ["01_gb10_csv_memory_na_unsloth10283.txt",
+                                  "06_gb10_table_580_126_arctictraining345.txt",
                                   "40_orin_table_bus_na_driver_na_oe4t17.txt",
                                   "41_orin_table_bus_na_540_4_ultralytics20680.txt"])
 def test_unified_memory_is_none_never_zero(name):

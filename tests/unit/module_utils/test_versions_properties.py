@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ansible.module_utils.versions import MAX_DIGITS, release_tuple, version_at_least, version_from_output, version_tuple
+from ansible.module_utils.versions import (MAX_DIGITS, release_tuple, version_at_least, version_from_output,
+                                           version_tuple)
 from hostile import HUGE_NUMBER, OUT_OF_RANGE, any_text, assert_linear, assert_numbers_from, non_ascii_number, \
     out_of_range
 
