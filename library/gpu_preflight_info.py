@@ -196,7 +196,8 @@ report:
   type: list
   elements: str
 gpus:
-  description: The GPUs C(nvidia-smi) shows; memory in MiB, C(null) when not reported (unified memory).
+  description: The GPUs C(nvidia-smi) shows; memory in MiB, C(null) when not reported (unified memory); C(bus_id)
+    C(null) where the table prints N/A for it (an integrated GPU such as Jetson's).
   returned: always
   type: list
   elements: dict
@@ -321,7 +322,9 @@ def _validate(module):
     try:
         validate_options(min_cuda_version=p["min_cuda_version"], min_gpus=p["min_gpus"], ports=p["ports"],
                          address=p["address"], peer_addresses=p["peer_addresses"],
-                         service_address=p["service_address"])
+                         service_address=p["service_address"],
+                         min_gpu_memory_gib=p["min_gpu_memory_gib"], min_disk_gib=p["min_disk_gib"],
+                         controller_time=p["controller_time"])
     except PreflightOptionError as exc:
         module.fail_json(msg=str(exc))
 

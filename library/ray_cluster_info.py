@@ -32,10 +32,10 @@ options:
     elements: str
     default: []
   expect_gpus:
-    description: The total number of GPUs the alive nodes must offer (the engine's tensor parallel size).
+    description: The total number of GPUs the alive nodes must offer (the engine's tensor parallel size); 0 or more.
     type: float
   timeout:
-    description: Seconds to wait for one Ray probe before giving up; must be positive.
+    description: Seconds to wait for one Ray probe before giving up; positive and at most 86400 (a day).
     type: int
     default: 60
   wait_s:
@@ -133,7 +133,8 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.polling import Poller, PollArgumentError, validate_poll
+from ansible.module_utils.numeric import finite, shown
+from ansible.module_utils.polling import MAX_WAIT_S, Poller, PollArgumentError, validate_poll
 from ansible.module_utils.ray_cluster import POLL_S, PROBE, RayProbeError, parse_probe_output, verdict
 
 ARGUMENT_SPEC = dict(
@@ -162,6 +163,13 @@ def main():
     if p["timeout"] <= 0:
         # timeout(1) with 0 never times out.
         fail(f"timeout must be a positive number of seconds, got {p['timeout']}.")
+    if p["timeout"] > MAX_WAIT_S:
+        # The argspec's int reads "1e999" as a 1,000-digit int, which timeout(1) refuses.
+        fail(f"timeout must be at most {MAX_WAIT_S} seconds (a day), got {shown(p['timeout'])}.")
+    # The argspec's float takes "inf" and "nan", which no cluster offers.
+    gpus = p["expect_gpus"]
+    if gpus is not None and (finite(gpus) is None or gpus < 0):
+        fail(f"expect_gpus must be a number of GPUs, 0 or more, got {shown(gpus)}.")
     try:
         validate_poll(p["wait_s"], p["poll_s"])
     except PollArgumentError as exc:

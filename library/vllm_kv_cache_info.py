@@ -21,9 +21,9 @@ description:
     The combined line from v0.28, whose first word is the device (C(GPU), C(CPU), C(XPU), C(GPU + host)) from v0.30.
   - >-
     Each line counts only where vLLM prints it: at the start of the message after vLLM's log prefix
-    (level, C(MM-DD HH:MM:SS), C([file.py:N])), logged by the file that prints that line
-    (C(kv_cache_utils.py) or a V0 executor for the capacity lines, a worker for the memory line,
-    the API server's entrypoints for the banner and C(non-default args)).
+    (level, C(MM-DD HH:MM:SS) or the C(...) a paste elides it to, C([file.py:N])),
+    logged by the file that prints that line (C(kv_cache_utils.py) or a V0 executor for the capacity lines,
+    a worker for the memory line, the API server's entrypoints for the banner and C(non-default args)).
     Before vLLM's prefix may stand what log collectors add: ANSI colour, journald and syslog stamps,
     docker and kubelet timestamps, docker compose and kubectl names, vLLM's and Ray's process labels (nested),
     quote bars and k9s boxes. A line that starts with other text is not vLLM's.
@@ -265,6 +265,7 @@ changed:
 import math
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.numeric import shown
 from ansible.module_utils.systemd import parse_show
 from ansible.module_utils.vllm_kv_cache import (
     CapacityNotFoundError,
@@ -335,7 +336,8 @@ def main():
     params = module.params
     for name in ("context_tokens", "min_sessions"):
         if params[name] is not None and params[name] < 1:
-            module.fail_json(msg="%s must be a positive integer, got %d." % (name, params[name]), changed=False)
+            # shown(): the argspec's int reads "-1e999" as a 1,000-digit int.
+            module.fail_json(msg="%s must be a positive integer, got %s." % (name, shown(params[name])), changed=False)
     context_tokens = params["context_tokens"]
 
     description = params["unit"] and "unit %s" % params["unit"] or params["path"] or "content"

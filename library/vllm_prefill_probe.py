@@ -42,7 +42,7 @@ options:
     choices: [probe, baseline]
     default: probe
   prompt_tokens:
-    description: Prompt length of every sample, counted with the engine's C(/tokenize); at least 16.
+    description: Prompt length of every sample, counted with the engine's C(/tokenize); 16 to 16777216.
     type: int
     default: 1024
   baseline_path:
@@ -227,7 +227,8 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.prefill import (MAX_BASELINE, MAX_GROUPS, MIN_GROUPS, PrefillError,
+from ansible.module_utils.numeric import shown
+from ansible.module_utils.prefill import (MAX_BASELINE, MAX_GROUPS, MAX_PROMPT_TOKENS, MIN_GROUPS, PrefillError,
                                           baseline_from_json, baseline_to_json)
 from ansible.module_utils.prefill_client import EngineClient
 from ansible.module_utils.prefill_probe import probe, record
@@ -252,10 +253,12 @@ ARGUMENT_SPEC = dict(
 
 def _check(module):
     p = module.params
-    if p["prompt_tokens"] < 16:
-        module.fail_json(msg="prompt_tokens must be at least 16, got %d." % p["prompt_tokens"])
+    # The argspec's int turns "1e999" into a 1,000-digit int (shown() quotes it): no prompt is built that long.
+    if not 16 <= p["prompt_tokens"] <= MAX_PROMPT_TOKENS:
+        module.fail_json(msg="prompt_tokens must be between 16 and %d, got %s." % (MAX_PROMPT_TOKENS,
+                                                                                 shown(p["prompt_tokens"])))
     if not MIN_GROUPS <= p["groups"] <= min(16, MAX_GROUPS):
-        module.fail_json(msg="groups must be between %d and 16, got %d." % (MIN_GROUPS, p["groups"]))
+        module.fail_json(msg="groups must be between %d and 16, got %s." % (MIN_GROUPS, shown(p["groups"])))
     if not 0.5 <= p["window"] <= 300:
         module.fail_json(msg="window must be between 0.5 and 300 seconds, got %g." % p["window"])
     if not 0.5 <= p["window_max"] <= 600:

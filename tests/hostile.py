@@ -13,7 +13,9 @@ tests draw from the strategies here and assert with the checks here:
   targets live in ``bench/``).
 
 The kinds of input that broke the parsers before (the hardening issue): numbers
-past Python's 4,300-digit limit, non-ASCII digits, deep brackets, bad Python
+past Python's 4,300-digit limit or float's range, inf and nan (``OUT_OF_RANGE``,
+``out_of_range()``, for every parser and plan input that takes a number),
+non-ASCII digits, deep brackets, bad Python
 literals, runs of spaces after a matching prefix, a keyword's prefix repeated
 for a MiB, and look-alike lines quoted inside logged prompts.
 """
@@ -46,6 +48,28 @@ MIB = 1024 * 1024
 def non_ascii_number(digits: str = "12345") -> str:
     """``digits`` written in Arabic-Indic digits (a look-alike of a figure)."""
     return digits.translate(str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩"))
+
+
+# Numbers past what an int or a float holds, as a program prints them or an
+# operator writes them: float() reads "1e999" and 5,000 digits as inf, float()
+# of an int past 1.8e308 raises OverflowError, int(), %d and round() raise on
+# inf and nan, and str(), %s and json.dumps raise on an int of 4,301 digits.
+OUT_OF_RANGE = (
+    HUGE_NUMBER, "-" + HUGE_NUMBER, "1" + "0" * 400, "1e999", "-1e999", "1e-999", "inf", "-inf", "+Inf",
+    "Infinity", "nan", "NaN", "1.5", non_ascii_number(), "\u00b9\u00b2", "\uff11\uff12",
+    10 ** HUGE_DIGITS, -10 ** HUGE_DIGITS, 10 ** 400, -10 ** 400, 2 ** 63, -1,
+    float("inf"), float("-inf"), float("nan"), 1e308, -1e308, 5e-324,
+)
+
+
+def out_of_range() -> st.SearchStrategy:
+    """A number no knob or reading means: :data:`OUT_OF_RANGE`, or any int,
+    float (inf and nan too) or numeric text."""
+    return st.one_of(
+        st.sampled_from(OUT_OF_RANGE),
+        st.integers(), st.integers(min_value=10 ** 300, max_value=10 ** 400).map(lambda n: n * (10 ** 4000)),
+        st.floats(), st.from_regex(r"\A[-+]?[0-9]{1,400}(\.[0-9]{0,20})?([eE][-+]?[0-9]{1,4})?\Z"),
+    )
 
 
 def nested(depth: int = 2000, opening: str = "[", closing: str = "]", inner: str = "1") -> str:

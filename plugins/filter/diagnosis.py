@@ -2,7 +2,8 @@
 
 The logic lives in ``plugins/module_utils/diagnosis.py`` (standard library
 only); filter plugins cannot import the project's module_utils through
-``ansible.module_utils``, so it is loaded by file path.
+``ansible.module_utils``, so it is loaded by file path, after the
+``numeric.py`` it imports.
 """
 from __future__ import annotations
 
@@ -13,17 +14,23 @@ from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
-_PATH = Path(__file__).resolve().parent.parent / "module_utils" / "diagnosis.py"
-_NAME = "vllm_fleet_diagnosis_logic"
+_MODULE_UTILS = Path(__file__).resolve().parent.parent / "module_utils"
+
+
+def _load(stem: str, name: str):
+    """plugins/module_utils/<stem>.py as the module ``name``."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, _MODULE_UTILS / f"{stem}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 def _logic():
-    if _NAME not in sys.modules:
-        spec = importlib.util.spec_from_file_location(_NAME, _PATH)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[_NAME] = module
-        spec.loader.exec_module(module)
-    return sys.modules[_NAME]
+    # Under the name diagnosis.py imports it by, as Ansible ships it to a module.
+    _load("numeric", "ansible.module_utils.numeric")
+    return _load("diagnosis", "vllm_fleet_diagnosis_logic")
 
 
 def engine_diagnosis(probe, kv=None, flags=None, context_tokens=None, engine=""):

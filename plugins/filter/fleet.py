@@ -3,17 +3,40 @@
 An engine (a TP group) is the set of hosts in the engines group that share a
 ``vllm_fleet_engine`` name; its rank-0 host is the head (Ray head, ``vllm
 serve``). ``engine_records`` builds the one record of each engine that every
-role, report and restart reads. Kept self-contained: filter plugins cannot
-import the project's module_utils through ``ansible.module_utils``.
+role, report and restart reads. Filter plugins cannot import the project's
+module_utils through ``ansible.module_utils``: the one helper shared with
+them, ``numeric.py`` (numbers past an int's or a float's range, read and
+quoted without raising), is loaded by file path.
+
+A knob read as a number is a finite number in its range, or a problem that
+names it; no number an inventory holds (5,000 digits, inf, nan) raises
+anything but AnsibleFilterError.
 """
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import re
+import sys
 from functools import lru_cache
 from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
+
+
+def _load_numeric():
+    name = "ansible.module_utils.numeric"  # the name module_utils import it by
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent.parent / "module_utils"
+                                                      / "numeric.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+_numeric = _load_numeric()
+finite_float, shown, text = _numeric.finite_float, _numeric.shown, _numeric.text
 
 # The toolkit's defaults, written once. Another host's variables (hostvars)
 # never include a role's defaults, so the record reads them from the file.
@@ -92,7 +115,12 @@ def _service_address(hv: dict, name: str) -> str:
         value = hv.get("vllm_fleet_service_address")
     except Exception:  # an undefined variable inside the value: treat as unset
         value = None
-    return str(value or _address(hv, name))
+    return text(value) if value else _address(hv, name)
+
+
+# The largest count or port a knob holds: a bound, so int() never meets
+# 4,300 digits and str() never raises on what a record holds.
+MAX_INTEGER = 2 ** 63 - 1
 
 
 def _rank(value):
@@ -101,9 +129,9 @@ def _rank(value):
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value if value >= 0 else None
-    if isinstance(value, str) and re.fullmatch(r"[0-9]+", value):
-        return int(value)
+        return value if 0 <= value <= MAX_INTEGER else None
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,19}", value):
+        return int(value) if int(value) <= MAX_INTEGER else None
     return None
 
 
@@ -117,18 +145,7 @@ def _port_problem(key: str, value):
     """Why ``value`` of ``key`` is no port number (1-65535), or None."""
     if 0 < (_positive(value) or 0) < 65536:
         return None
-    return f"{key} must be a port number (1-65535), got {value!r}"
-
-
-def _float(value):
-    """A finite float from a number or a numeric string (not a bool), else None."""
-    if isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if number == number and abs(number) != float("inf") else None
+    return f"{key} must be a port number (1-65535), got {shown(value)}"
 
 
 def engine_rank(value):
@@ -150,7 +167,7 @@ def engine_peers(hosts, hostvars, engine):
         if rank is None:
             raise AnsibleFilterError(
                 f"host {name} of engine {engine} has no integer vllm_fleet_rank"
-                f" (got {hv.get('vllm_fleet_rank')!r}); give the head 0 and the other hosts 1, 2, ..."
+                f" (got {shown(hv.get('vllm_fleet_rank'))}); give the head 0 and the other hosts 1, 2, ..."
             )
         peers.append({"name": name, "rank": rank, "address": _address(hv, name),
                       "service_address": _service_address(hv, name)})
@@ -182,8 +199,8 @@ def engine_heads(hosts, hostvars):
 def model_path(source, model_dir) -> str:
     """Where the model lives on the host: the path of a ``host:`` source, else
     the directory vllm_install stages it in."""
-    source = str(source or "")
-    return source[5:] if source.startswith("host:") else str(model_dir)
+    source = text(source or "")
+    return source[5:] if source.startswith("host:") else text(model_dir)
 
 
 def _shape_problems(name: str, hosts: int, tp, pp, gpus) -> list[str]:
@@ -191,7 +208,7 @@ def _shape_problems(name: str, hosts: int, tp, pp, gpus) -> list[str]:
     for key, value in (("vllm_server_tensor_parallel_size", tp), ("vllm_server_pipeline_parallel_size", pp),
                        ("vllm_fleet_gpus_per_host", gpus)):
         if _positive(value) is None:
-            problems.append(f"engine {name}: {key} must be a positive integer, got {value!r}")
+            problems.append(f"engine {name}: {key} must be a positive integer, got {shown(value)}")
     if problems:
         return problems
     tp, pp, gpus = int(tp), int(pp), int(gpus)
@@ -225,22 +242,22 @@ def engine_record(hosts, hostvars, engine) -> dict:
     for peer in peers:
         phv = hostvars[peer["name"]]
         for key in ENGINE_KEYS:
-            if str(_get(phv, key)) != str(values[key]):
-                problems.append(f"engine {engine}: {key} is {_get(phv, key)!r} on {peer['name']} but"
-                                f" {values[key]!r} on the head {head['name']}; set it on the engine's group")
+            if text(_get(phv, key)) != text(values[key]):
+                problems.append(f"engine {engine}: {key} is {shown(_get(phv, key))} on {peer['name']} but"
+                                f" {shown(values[key])} on the head {head['name']}; set it on the engine's group")
         for old, new in RETIRED.items():
             if _set(phv, old):
                 problems.append(f"{peer['name']} sets {old}, which is gone: use {new}")
-    backend = str(values["vllm_server_backend"])
+    backend = text(values["vllm_server_backend"])
     if backend not in ("ray", "mp"):
-        problems.append(f"engine {engine}: vllm_server_backend must be ray or mp, got {backend!r}")
+        problems.append(f"engine {engine}: vllm_server_backend must be ray or mp, got {shown(backend)}")
     tp, pp, gpus = (values["vllm_server_tensor_parallel_size"], values["vllm_server_pipeline_parallel_size"],
                     values["vllm_fleet_gpus_per_host"])
     problems += _shape_problems(engine, len(peers), tp, pp, gpus)
     context = _positive(values["vllm_fleet_context_tokens"])
     if context is None:
         problems.append(f"engine {engine}: vllm_fleet_context_tokens must be a positive integer,"
-                        f" got {values['vllm_fleet_context_tokens']!r}")
+                        f" got {shown(values['vllm_fleet_context_tokens'])}")
     # The probe's prompt length, at most half the context (a probe must fit beside nothing else).
     probe_tokens = _positive(values["vllm_fleet_probe_prompt_tokens"])
     if probe_tokens is not None and context is not None:
@@ -248,19 +265,19 @@ def engine_record(hosts, hostvars, engine) -> dict:
     if probe_tokens is None or probe_tokens < 16:
         problems.append(f"engine {engine}: vllm_fleet_probe_prompt_tokens must be an integer of at least 16"
                         f" (capped at half of vllm_fleet_context_tokens, {context}),"
-                        f" got {values['vllm_fleet_probe_prompt_tokens']!r}")
-    floor = _float(values["vllm_fleet_prefill_threshold_floor"])
+                        f" got {shown(values['vllm_fleet_probe_prompt_tokens'])}")
+    floor = finite_float(values["vllm_fleet_prefill_threshold_floor"])
     if floor is None or not 1.0 <= floor <= 10.0:
         problems.append(f"engine {engine}: vllm_fleet_prefill_threshold_floor must be a number from 1.0 to 10,"
-                        f" got {values['vllm_fleet_prefill_threshold_floor']!r}")
+                        f" got {shown(values['vllm_fleet_prefill_threshold_floor'])}")
     for key in ("vllm_server_port", "ray_cluster_port", "vllm_server_master_port"):
         if problem := _port_problem(key, values[key]):
             problems.append(f"engine {engine}: {problem}")
     if heads:
         problems += _shared_head_problems(hosts, hostvars, engine, head, values)
     port = _positive(values["vllm_server_port"])
-    url = f"http://{head['service_address']}:{port or values['vllm_server_port']}"
-    venv = str(values["vllm_install_venv"])
+    url = f"http://{head['service_address']}:{port or text(values['vllm_server_port'])}"
+    venv = text(values["vllm_install_venv"])
     model = model_path(values["vllm_install_model_source"], values["vllm_install_model_dir"])
     return {
         "name": str(engine),
@@ -272,17 +289,17 @@ def engine_record(hosts, hostvars, engine) -> dict:
         "port": port,
         "url": url,
         "api_url": url + "/v1",
-        "unit": str(values["vllm_server_unit"]),
-        "ray_unit": str(values["ray_cluster_unit"]),
+        "unit": text(values["vllm_server_unit"]),
+        "ray_unit": text(values["ray_cluster_unit"]),
         "ray_port": _positive(values["ray_cluster_port"]),
         "master_port": _positive(values["vllm_server_master_port"]),
         "backend": backend,
         "venv": venv,
         "vllm_bin": venv.rstrip("/") + "/bin/vllm",
-        "user": str(values["vllm_install_user"]),
-        "home": str(values["vllm_install_home"]),
-        "model": str(model),
-        "served_model_name": str(values["vllm_server_served_model_name"]),
+        "user": text(values["vllm_install_user"]),
+        "home": text(values["vllm_install_home"]),
+        "model": text(model),
+        "served_model_name": text(values["vllm_server_served_model_name"]),
         "context_tokens": context,
         "tensor_parallel_size": _positive(tp),
         "pipeline_parallel_size": _positive(pp),
@@ -322,8 +339,8 @@ def _membership_problems(hosts, hostvars, engine, peers) -> list[str]:
 def _footprint(values) -> dict:
     """What a head binds and installs on its machine, from its engine-wide
     values: {key: value as text}."""
-    keys = HEAD_FOOTPRINT.get(str(values["vllm_server_backend"]), HEAD_FOOTPRINT["ray"])
-    return {key: str(values[key]) for key in keys}
+    keys = HEAD_FOOTPRINT.get(text(values["vllm_server_backend"]), HEAD_FOOTPRINT["ray"])
+    return {key: text(values[key]) for key in keys}
 
 
 def _shared_head_problems(hosts, hostvars, engine, head, values) -> list[str]:
@@ -436,7 +453,7 @@ def gate_upstreams(pairs, kv_overrides=None):
         if _positive(tokens) is None or _positive(context) is None:
             raise AnsibleFilterError(
                 f"engine {record['name']}: the gate needs a positive KV pool and context, got"
-                f" kv_cache_tokens {tokens!r} and context {context!r}; check gate_service_kv_cache_tokens"
+                f" kv_cache_tokens {shown(tokens)} and context {shown(context)}; check gate_service_kv_cache_tokens"
                 f" and the engine's boot log")
         upstreams.append({
             "name": record["name"],
@@ -465,10 +482,14 @@ def vllm_argv(flags):
             argv.append(opt)
         elif value is False:
             argv.append("--no-" + opt[2:])
-        elif isinstance(value, (dict, list, tuple)):
-            argv += [opt, json.dumps(value, sort_keys=True, separators=(",", ":"))]
         else:
-            argv += [opt, str(value)]
+            try:
+                word = (json.dumps(value, sort_keys=True, separators=(",", ":"))
+                        if isinstance(value, (dict, list, tuple)) else str(value))
+            except ValueError:  # an int of more than 4,300 digits, which no flag takes
+                raise AnsibleFilterError(f"vllm_argv: {opt} is {shown(value)}, which no vLLM flag takes; "
+                                         "fix the number") from None
+            argv += [opt, word]
     return argv
 
 

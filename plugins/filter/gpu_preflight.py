@@ -3,8 +3,8 @@ checks and the per-host report.
 
 The logic lives in ``plugins/module_utils/gpu_preflight.py``; filter plugins
 cannot import the project's module_utils through ``ansible.module_utils``, so
-it is loaded by file path, after the ``versions.py`` it imports (both depend on
-the standard library only).
+it is loaded by file path, after the ``versions.py`` and ``numeric.py`` it
+imports (all depend on the standard library only).
 """
 from __future__ import annotations
 
@@ -28,8 +28,9 @@ def _load(stem: str, name: str):
     return sys.modules[name]
 
 
-# Under the name gpu_preflight.py imports it by, as Ansible ships it to a module.
+# Under the names the logic imports them by, as Ansible ships them to a module.
 _load("versions", "ansible.module_utils.versions")
+_numeric = _load("numeric", "ansible.module_utils.numeric")
 _logic = _load("gpu_preflight", "vllm_fleet_gpu_preflight_logic")
 
 
@@ -45,17 +46,26 @@ def clock_skew(peers, hostvars, max_skew_s, engine="", result="__gpu_preflight_i
 
     ``peers`` is ``engine_peers``' rank-sorted list; the rank-0 host is the
     reference. Each host's offset is read from its registered module result
-    (``result``), ``None`` when the host has none.
+    (``result``), ``None`` when the host has none or it is no finite number.
+    ``max_skew_s`` is a finite number of seconds, 0 or more.
     """
     if not peers:
         raise AnsibleFilterError("gpu_preflight_clock_skew: the engine has no hosts")
+    max_skew = _numeric.finite_float(max_skew_s)
+    if max_skew is None or max_skew < 0:
+        raise AnsibleFilterError(f"gpu_preflight_clock_skew: gpu_preflight_max_clock_skew_s must be a number of "
+                                 f"seconds, 0 or more, got {_numeric.shown(max_skew_s)}")
     offsets = {}
     for peer in peers:
         registered = hostvars[peer["name"]].get(result) if peer["name"] in hostvars else None
         offset = registered.get("clock_offset_s") if hasattr(registered, "get") else None
-        offsets[peer["name"]] = None if offset is None else float(offset)
-    head = min(peers, key=lambda p: int(p["rank"]))["name"]
-    return _logic.check_clock_skew(offsets, head, float(max_skew_s), str(engine)).as_dict()
+        offsets[peer["name"]] = _numeric.finite_float(offset)
+    ranked = [p for p in peers if _numeric.finite(p.get("rank")) is not None]
+    if len(ranked) != len(peers):
+        raise AnsibleFilterError("gpu_preflight_clock_skew: peers must be engine_peers' list, each with its rank, "
+                                 f"got {_numeric.shown(peers)}")
+    head = min(ranked, key=lambda p: p["rank"])["name"]
+    return _logic.check_clock_skew(offsets, head, max_skew, _numeric.text(engine)).as_dict()
 
 
 def link_mtu(peers, hostvars, engine="", result="__gpu_preflight_info"):

@@ -3,7 +3,7 @@
 The logic lives in ``plugins/module_utils/restart_plan.py`` and
 ``schedule.py`` (standard library only); filter plugins cannot import the
 project's module_utils through ``ansible.module_utils``, so they are loaded by
-file path.
+file path, after the ``numeric.py`` they import.
 """
 from __future__ import annotations
 
@@ -16,14 +16,20 @@ from ansible.errors import AnsibleFilterError
 _DIR = Path(__file__).resolve().parent.parent / "module_utils"
 
 
-def _logic(stem: str):
-    name = "vllm_fleet_%s_logic" % stem
+def _load(stem: str, name: str):
+    """plugins/module_utils/<stem>.py as the module ``name``."""
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, _DIR / ("%s.py" % stem))
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return sys.modules[name]
+
+
+def _logic(stem: str):
+    # Under the name the logic imports it by, as Ansible ships it to a module.
+    _load("numeric", "ansible.module_utils.numeric")
+    return _load(stem, "vllm_fleet_%s_logic" % stem)
 
 
 def _call(stem: str, error: str, func: str, *args, **kwargs):

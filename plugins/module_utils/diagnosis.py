@@ -23,11 +23,16 @@ and names one of ``VERDICTS``. The first rule that holds wins, in this order:
 ``healthy``           none of the above.
 
 docs/diagnose.md is the runbook built on these verdicts.
+
+A figure that is no finite number (inf, nan, an int past float's range, text)
+is read as no figure: ``diagnose`` raises DiagnosisError and nothing else.
 """
 
 from __future__ import annotations
 
 import typing as t
+
+from ansible.module_utils.numeric import finite
 
 VERDICTS = ("healthy", "kv-bound", "preempting", "prefill-degraded", "wedged", "down", "inconclusive")
 PASSIVE_MARGIN = 1.5
@@ -41,9 +46,9 @@ class DiagnosisError(ValueError):
 
 
 def _num(value: t.Any) -> t.Optional[float]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
+    """A finite figure as a float, else None (float() of a huge int raises, %d of inf and nan)."""
+    number = finite(value)
+    return None if number is None else float(number)
 
 
 def _get(d: t.Any, key: str) -> t.Any:
@@ -63,20 +68,23 @@ def diagnose(probe: t.Mapping, kv: t.Optional[t.Mapping] = None, flags: t.Option
     kv = kv if isinstance(kv, dict) else {}
     flags = flags if isinstance(flags, dict) else {}
     before, after = _get(probe, "metrics_before") or {}, _get(probe, "metrics_after") or {}
-    passive = _get(probe, "passive") or {}
+    passive = _get(probe, "passive")
+    passive = passive if isinstance(passive, dict) else {}
     pool = _num(_get(kv, "kv_cache_tokens"))
     context = _num(context_tokens)
     usage = _max(_get(before, "kv_cache_usage"), _get(after, "kv_cache_usage"))
+    # Figures as the modules returned them, or None for one that is no finite
+    # number (it would raise in a message, and in the result's JSON).
     evidence = {
         "probe": probe.get("verdict"),
         "probe_reason": probe.get("reason"),
-        "ratio": probe.get("ratio"),
-        "threshold": probe.get("threshold"),
-        "reference": probe.get("reference"),
-        "uptime_s": probe.get("uptime_s"),
-        "health_status": probe.get("health_status"),
+        "ratio": finite(probe.get("ratio")),
+        "threshold": finite(probe.get("threshold")),
+        "reference": finite(probe.get("reference")),
+        "uptime_s": finite(probe.get("uptime_s")),
+        "health_status": finite(probe.get("health_status")),
         "kv_cache_tokens": pool,
-        "full_context_sessions": _get(kv, "full_context_sessions"),
+        "full_context_sessions": finite(_get(kv, "full_context_sessions")),
         "context_tokens": context,
         "kv_cache_usage": usage,
         "running": _max(_get(before, "running"), _get(after, "running")),
@@ -84,10 +92,11 @@ def diagnose(probe: t.Mapping, kv: t.Optional[t.Mapping] = None, flags: t.Option
         "waiting_for_capacity": _max(_get(before, "waiting_capacity"), _get(after, "waiting_capacity")),
         "preemptions_in_window": _num(passive.get("preemptions")),
         "preemptions_total": _max(_get(after, "preemptions"), _get(before, "preemptions")),
-        "passive_seconds_per_token": passive.get("seconds_per_token"),
-        "passive_ratio": passive.get("ratio"),
-        "window_s": passive.get("window_s"),
+        "passive_seconds_per_token": finite(passive.get("seconds_per_token")),
+        "passive_ratio": finite(passive.get("ratio")),
+        "window_s": finite(passive.get("window_s")),
     }
+    window = evidence["window_s"]
 
     def out(verdict: str, summary: str, *advice: str) -> dict:
         return {"engine": engine, "verdict": verdict, "summary": summary, "evidence": evidence,
@@ -104,7 +113,7 @@ def diagnose(probe: t.Mapping, kv: t.Optional[t.Mapping] = None, flags: t.Option
     running = evidence["running"] or 0
     if probe.get("busy") and running > 0 and passive.get("progress") is False:
         return out("wedged", "%d request(s) running but no token was computed in %s s" % (
-            running, passive.get("window_s")), "the engine is alive but stuck: restart it (%s)" % RESTART)
+            running, window), "the engine is alive but stuck: restart it (%s)" % RESTART)
     rose = evidence["preemptions_in_window"]
     if rose is not None and rose > 0:
         if flags.get("scheduler_reserve_full_isl") is False:
@@ -112,21 +121,21 @@ def diagnose(probe: t.Mapping, kv: t.Optional[t.Mapping] = None, flags: t.Option
                    "prompt does not fit instead of admitting it and preempting others")
         elif _num(flags.get("watermark")):
             fix = ("--watermark %s is set: remove it, and keep --scheduler-reserve-full-isl on"
-                   % flags.get("watermark"))
+                   % finite(flags.get("watermark")))
         else:
             fix = ("--scheduler-reserve-full-isl is on and no --watermark is set: running sessions outgrew "
                    "the pool while decoding; fewer concurrent sessions or a larger pool")
         return out("preempting", "%d preemption(s) in %s s: running sessions are being evicted and recomputed"
-                   % (rose, passive.get("window_s")), fix)
+                   % (rose, window), fix)
     if probe["verdict"] == "degraded":
         return out("prefill-degraded", "prefill %.2fx its baseline after %s of uptime" % (
-            probe.get("ratio") or 0, _duration(probe.get("uptime_s"))), RESTART_HINT)
+            evidence["ratio"] or 0, _duration(probe.get("uptime_s"))), RESTART_HINT)
     threshold = _num(probe.get("threshold"))
     passive_ratio = _num(passive.get("ratio"))
     floor = (threshold or 0) * PASSIVE_MARGIN
     if passive_ratio is not None and threshold and passive_ratio >= floor:
         return out("prefill-degraded", "under load, prefill %.2fx its baseline per token (passive, over %s s) "
-                   "after %s of uptime" % (passive_ratio, passive.get("window_s"), _duration(probe.get("uptime_s"))),
+                   "after %s of uptime" % (passive_ratio, window, _duration(probe.get("uptime_s"))),
                    RESTART_HINT)
     waiting = evidence["waiting"] or 0
     if waiting > 0 and _pool_full(pool, context, usage):
@@ -146,7 +155,7 @@ def diagnose(probe: t.Mapping, kv: t.Optional[t.Mapping] = None, flags: t.Option
                    "passively (%s)" % (running, waiting, "%.2fx the baseline" % passive_ratio
                                        if passive_ratio is not None else passive.get("reason") or "no reading"))
     return out("healthy", "prefill %s; nothing waits, nothing is preempted" % (
-        "%.2fx its baseline" % probe["ratio"] if _num(probe.get("ratio")) is not None else "as recorded"))
+        "%.2fx its baseline" % evidence["ratio"] if evidence["ratio"] is not None else "as recorded"))
 
 
 def _pool_full(pool: t.Optional[float], context: t.Optional[float], usage: t.Optional[float]) -> bool:

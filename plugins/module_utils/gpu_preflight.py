@@ -29,6 +29,7 @@ raise, and only :class:`PreflightError`.
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import re
 import stat
@@ -118,16 +119,31 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _is_number(value) -> bool:
+    """An int or float within float's range (not a bool): math.isfinite() of a larger int raises."""
+    return (isinstance(value, float) or _is_int(value) and abs(value) < 2 ** 1023) and not isinstance(value, bool)
+
+
 def _is_list(value) -> bool:
     return isinstance(value, (list, tuple))
 
 
 def validate_options(*, min_gpus: int, ports, min_cuda_version: str | None = None, address: str | None = None,
-                     peer_addresses=(), service_address: str | None = None) -> None:
+                     peer_addresses=(), service_address: str | None = None, min_gpu_memory_gib: float = 0,
+                     min_disk_gib: float | None = None, controller_time: float | None = None) -> None:
     """Raise :class:`PreflightOptionError` for the first option value the checks cannot use.
 
     Raises nothing else, whatever the values' types (the module's argspec
-    converts them; a caller that skips it gets the same messages)."""
+    converts them; a caller that skips it gets the same messages). A size or
+    a time must be a finite number: the argspec's float takes "inf", "nan"
+    and "1e999", with which every comparison fails or passes whatever the
+    host has."""
+    for name, value in (("min_gpu_memory_gib", min_gpu_memory_gib), ("min_disk_gib", min_disk_gib)):
+        if value is not None and not (_is_number(value) and 0 <= value < math.inf):
+            raise PreflightOptionError(f"{name} must be a number of GiB, 0 or more, got {_shown(value, quote=True)}")
+    if controller_time is not None and not (_is_number(controller_time) and math.isfinite(controller_time)):
+        raise PreflightOptionError(
+            f"controller_time must be epoch seconds (now().timestamp()), got {_shown(controller_time, quote=True)}")
     if min_cuda_version is not None:
         try:
             readable = isinstance(min_cuda_version, str) and min_cuda_version.isascii()

@@ -17,7 +17,9 @@ The module runs two commands:
 
 Unified memory (GB10 / DGX Spark, Jetson): the CSV prints ``[N/A]`` for
 ``memory.*`` and the table prints ``Not Supported``. That is read as
-``memory_total_mib=None`` with ``unified_memory=True``, never as 0.
+``memory_total_mib=None`` with ``unified_memory=True``, never as 0. Jetson's
+table also prints ``N/A`` where the Bus-Id goes: that row is a GPU all the
+same, with ``bus_id=None``.
 
 Hostile output (a wrapper script, a broken driver, a terminal's noise) never
 raises anything but :class:`NvidiaSmiError`: figures are ASCII digits of a
@@ -292,7 +294,9 @@ def _gpu_from_csv(number: int, values: dict, units: dict) -> Gpu:
 _DRIVER = re.compile(r"(?:Driver|KMD) Version:[ \t]*(\S+)")
 _CUDA = re.compile(r"CUDA(?: UMD)? Version:[ \t]*(\S+)")
 _PERSISTENCE = ("On", "Off", "N/A")
-_BUS_ID = re.compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]\s")
+# A PCI address, or N/A on an integrated GPU (Jetson Orin prints "| N/A   N/A |"
+# for Bus-Id and Disp.A), each followed by the white space before Disp.A.
+_BUS_ID = re.compile(r"(?:[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]|N/A)\s")
 # Bounded ASCII figures, each starting a digit run: linear on a run of digits.
 _MEMORY_CELL = re.compile(r"(?<![0-9])([0-9]{1,9})[ \t]*MiB[ \t]*/[ \t]*([0-9]{1,9})[ \t]*MiB")
 _BORDER = re.compile(r"^[|+][-=+|]+$")
@@ -307,8 +311,9 @@ def _gpu_line(line: str):
     """``(index, name, bus_id)`` of a GPU block's first line, or None.
 
     The line is ``| index  name  persistence | bus-id ...``; the name may be
-    truncated with "..." and holds spaces. The Bus-Id anchors it: MIG and
-    process rows have none. Read by splitting the cells, not by one pattern
+    truncated with "..." and holds spaces. The Bus-Id cell anchors it (MIG and
+    process rows have none): a PCI address, or ``N/A`` on an integrated GPU,
+    whose ``bus_id`` is then None. Read by splitting the cells, not by one pattern
     (a lazy name between runs of white space backtracks cubically on a line
     of spaces).
     """
@@ -325,7 +330,8 @@ def _gpu_line(line: str):
         return None
     first = cells[1].strip()
     name = first[len(words[0]):len(first) - len(words[-1])].strip()
-    return int(words[0]), name, bus.group(0)[:-1]
+    bus_id = bus.group(0)[:-1]
+    return int(words[0]), name, bus_id if _available(bus_id) else None
 
 
 def parse_table(text: str) -> SmiReport:

@@ -29,11 +29,18 @@ restarts last, in its own play between moving them away and back.
 
 ``pool_check`` compares the KV pool after the restart with the pool before;
 ``report_line`` is the one-line summary cron logs.
+
+Every function raises PlanError and nothing else: a number that is no finite
+number (inf, nan, an int past float's range, 5,000 digits) is refused where
+one is required and read as none elsewhere, and a value quoted in a message
+is cut (numeric.shown).
 """
 
 from __future__ import annotations
 
 import typing as t
+
+from ansible.module_utils.numeric import finite, finite_float, shown
 
 POLICIES = ("always", "when-degraded")
 MODES = ("direct", "gate")
@@ -58,9 +65,10 @@ class PlanError(ValueError):
 
 
 def _positive(name: str, value: t.Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value != value:
-        raise PlanError("%s must be a positive number of seconds, got %r" % (name, value))
-    return float(value)
+    number = finite(value)
+    if number is None or not number > 0:
+        raise PlanError("%s must be a positive number of seconds, got %s" % (name, shown(value)))
+    return float(number)
 
 
 def _optional_limit(name: str, value: t.Any) -> t.Optional[float]:
@@ -72,7 +80,8 @@ def _engines(engines: t.Any) -> t.List[dict]:
         raise PlanError("engines must be the non-empty list of engine records (vllm_fleet_engines)")
     for e in engines:
         if not isinstance(e, dict) or not e.get("name") or not isinstance(e.get("hosts"), list) or not e["hosts"]:
-            raise PlanError("every engine record needs a name and its hosts (vllm_fleet_engines), got %r" % (e,))
+            raise PlanError("every engine record needs a name and its hosts (vllm_fleet_engines), got %s"
+                            % shown(e, 200))
     return engines
 
 
@@ -117,13 +126,13 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
     each, what was found and what happens to it.
     """
     if policy not in POLICIES:
-        raise PlanError("restart_policy must be one of %s, got %r" % (", ".join(POLICIES), policy))
+        raise PlanError("restart_policy must be one of %s, got %s" % (", ".join(POLICIES), shown(policy)))
     if mode not in MODES:
-        raise PlanError("the serving mode must be one of %s, got %r" % (", ".join(MODES), mode))
+        raise PlanError("the serving mode must be one of %s, got %s" % (", ".join(MODES), shown(mode)))
     accept = _flag("restart_accept_outage", accept_outage)
     for name, value in (("consumer_url", consumer_url), ("fallback_url", fallback_url)):
         if not isinstance(value, str):
-            raise PlanError("%s must be a URL string, got %r" % (name, value))
+            raise PlanError("%s must be a URL string, got %s" % (name, shown(value)))
     if not isinstance(verdicts, dict):
         raise PlanError("verdicts must map each engine's name to its diagnosis")
     expected = _positive("restart_expected_s", expected_restart_s)
@@ -177,7 +186,7 @@ def _left_behind(rows: t.List[dict], mode: str, consumer_url: str, consumers_at:
     """(back, undrain, left): see plan()."""
     for name, value in (("consumers_at", consumers_at), ("the gate's drained engines", drained)):
         if value is not None and (not isinstance(value, list) or not all(isinstance(x, str) for x in value)):
-            raise PlanError("%s must be a list of strings, got %r" % (name, value))
+            raise PlanError("%s must be a list of strings, got %s" % (name, shown(value)))
     back, undrain, left = False, [], []
     away = sorted({u for u in consumers_at or [] if u and not _same_url(u, consumer_url)})
     if mode == "direct" and consumer_url and away:
@@ -214,7 +223,7 @@ def _only(only: t.Any, names: t.List[str]) -> t.List[str]:
     if isinstance(only, str):
         only = [x.strip() for x in only.split(",") if x.strip()]
     if not isinstance(only, list) or not all(isinstance(x, str) for x in only):
-        raise PlanError("restart_engines must be a list of engine names, got %r" % (only,))
+        raise PlanError("restart_engines must be a list of engine names, got %s" % shown(only))
     unknown = [x for x in only if x not in names]
     if unknown:
         raise PlanError("restart_engines names %s, which the inventory does not define (its engines: %s)"
@@ -229,7 +238,7 @@ def _flag(name: str, value: t.Any) -> bool:
     words = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
     if isinstance(value, str) and value.strip().lower() in words:
         return words[value.strip().lower()]
-    raise PlanError("%s must be true or false, got %r" % (name, value))
+    raise PlanError("%s must be true or false, got %s" % (name, shown(value)))
 
 
 def _same_url(a: str, b: str) -> bool:
@@ -288,13 +297,13 @@ def pool_check(before: t.Any, after: t.Any, tolerance: t.Any) -> dict:
     ``shrink`` is the lost fraction (0 when it grew); ``ok`` is false past
     ``tolerance``. An unknown pool before (a dead engine) is never a failure.
     """
-    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 <= tolerance < 1:
-        raise PlanError("the pool tolerance must be a fraction from 0 to below 1, got %r" % (tolerance,))
-    nums = [x if isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 else None
-            for x in (before, after)]
+    if finite(tolerance) is None or not 0 <= tolerance < 1:
+        raise PlanError("the pool tolerance must be a fraction from 0 to below 1, got %s" % shown(tolerance))
+    # A pool past float's range, inf or nan is no token count (%d and the shrink raised on them).
+    nums = [x if finite(x) is not None and x >= 0 else None for x in (before, after)]
     b, a = nums
     if a is None:
-        raise PlanError("the pool after the restart must be a token count, got %r" % (after,))
+        raise PlanError("the pool after the restart must be a token count, got %s" % shown(after))
     if not b:
         return {"before": b, "after": a, "shrink": None, "ok": True,
                 "message": "KV pool %d tokens (none known before)" % a}
@@ -331,12 +340,12 @@ def report(plan_: t.Any, results: t.Any, consumers_t: t.Any = None, failed: t.An
             row.update(got if isinstance(got, dict) else {"outcome": "not reached"})
         else:
             row["outcome"] = "skipped"
-        away, back = _num(moved.get("away")), _num(moved.get("back"))
+        away, back = finite_float(moved.get("away")), finite_float(moved.get("back"))
         if e["name"] == fed and away is not None and back is not None and row.get("outcome") == "restarted":
-            inner = _num(row.get("drained_s")) or 0.0
+            inner = finite_float(row.get("drained_s")) or 0.0
             row["drained_s"] = round(back - away, 1)
-            if _num(row.get("overhead_s")) is not None:
-                row["overhead_s"] = round(_num(row["overhead_s"]) + (back - away) - inner, 1)
+            if finite_float(row.get("overhead_s")) is not None:
+                row["overhead_s"] = round(finite_float(row["overhead_s"]) + (back - away) - inner, 1)
         engines.append(row)
     outcomes = [r["outcome"] for r in engines]
     outcome = "failed" if failed or "failed" in outcomes else "succeeded"
@@ -344,16 +353,6 @@ def report(plan_: t.Any, results: t.Any, consumers_t: t.Any = None, failed: t.An
             "restarted": [r["name"] for r in engines if r["outcome"] == "restarted"],
             "skipped": [r["name"] for r in engines if r["outcome"] == "skipped"],
             "failed": [r["name"] for r in engines if r["outcome"] == "failed"]}
-
-
-def _num(value: t.Any) -> t.Optional[float]:
-    if isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if number == number and abs(number) != float("inf") else None
 
 
 def report_line(report: t.Any) -> str:
@@ -367,8 +366,8 @@ def report_line(report: t.Any) -> str:
         outcome = e.get("outcome")
         if outcome == "restarted":
             bits = ["%s restarted (was %s, drain %s" % (e.get("name"), e.get("verdict"), e.get("drain"))]
-            if _num(e.get("downtime_s")) is not None:
-                bits.append(", down %.1f s" % _num(e["downtime_s"]))
+            if finite_float(e.get("downtime_s")) is not None:
+                bits.append(", down %.1f s" % finite_float(e["downtime_s"]))
             parts.append("".join(bits) + ")")
         elif outcome == "failed":
             parts.append("%s FAILED at %s" % (e.get("name"), e.get("step")))

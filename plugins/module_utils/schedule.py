@@ -26,11 +26,16 @@ import re
 import shlex
 import typing as t
 
+from ansible.module_utils.numeric import shown
+
 LOCKED_EXIT = 75
 # The run's ident, set by the shell line cron_job writes.
 IDENT = "$ident"
 _TAG = re.compile(r"^[A-Za-z0-9_.\-]{1,32}$", re.ASCII)
 MAX_COUNT = 999
+# Runs' artifact directories kept at most: a bound, so str() never meets an int
+# of 4,300 digits (a role's argument spec passes one through as an int).
+MAX_ROTATE = 10000
 
 _DTSTART = re.compile(r"^DTSTART(?:;TZID=(?P<tz>[A-Za-z_]+(?:/[A-Za-z0-9_+\-]+)+|UTC)):(?P<stamp>\d{8}T\d{6})(?P<z>Z?)$"
                       r"|^DTSTART:(?P<utc>\d{8}T\d{6}Z)$", re.ASCII)
@@ -123,9 +128,9 @@ def runner_argv(venv: str, private_dir: str, project_dir: str, inventory: str, p
                         ("inventory", inventory), ("lock", lock)):
         if not isinstance(value, str) or not value.startswith("/"):
             raise ScheduleError("%s must be an absolute path (cron runs from /), got %r" % (name, value))
-    if isinstance(rotate, bool) or not isinstance(rotate, int) or rotate < 1:
-        raise ScheduleError("rotate must be a positive integer (the artifact directories kept), got %r"
-                            % (rotate,))
+    if isinstance(rotate, bool) or not isinstance(rotate, int) or not 1 <= rotate <= MAX_ROTATE:
+        raise ScheduleError("rotate must be an integer from 1 to %d (the artifact directories kept), got %s"
+                            % (MAX_ROTATE, shown(rotate)))
     path = "%s/bin:/usr/local/bin:/usr/bin:/bin" % venv.rstrip("/")
     return ["flock", "-n", "-E", str(LOCKED_EXIT), lock,
             "env", "PATH=" + path,

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ansible.module_utils.numeric import shown
 from ansible.module_utils.secrets_mask import mask_argv
 from ansible.module_utils.systemd import UnitInfo
 from ansible.module_utils.versions import release_tuple
@@ -83,7 +84,7 @@ def resolve_version(installed: str | None, given: str | None, logged: str | None
         try:
             release_tuple(given)
         except ValueError:
-            raise SourceError(f"vllm_version {given!r} is not a version like 0.32.0") from None
+            raise SourceError(f"vllm_version {shown(given)} is not a version like 0.32.0") from None
         if installed and release_tuple(installed) != release_tuple(given):
             raise SourceError(f"vllm_version {given} contradicts `vllm --version` ({installed}); "
                               "drop vllm_version when vllm_bin is given")

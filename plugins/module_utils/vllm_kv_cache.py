@@ -29,8 +29,8 @@ How the scan stays fast and small:
   one place with bounded, non-overlapping repeats.
 
 Each line kind counts only where vLLM prints it: at the start of the message,
-right after vLLM's own prefix (level, ``MM-DD HH:MM:SS``, ``[file.py:N]``),
-from the file that logs it (``kv_cache_utils.py`` for the capacity lines, the
+right after vLLM's own prefix (level, ``MM-DD HH:MM:SS`` or the ``...`` a
+paste elides it to, ``[file.py:N]``), from the file that logs it (``kv_cache_utils.py`` for the capacity lines, the
 API server's entrypoints for the banner). A prompt that the request logger
 quotes (``[logger.py:N] Received request ...: prompt: '... GPU KV cache size:
 1 tokens ...'``) is neither a capacity line nor a new boot. Outer prefixes
@@ -183,10 +183,12 @@ class KvCacheReport:
 # vllm/logger.py's _FORMAT in every version: level, the "%m-%d %H:%M:%S" stamp,
 # then "file.py:N] " (<=0.7) or "[file.py:N] " (>=0.8; with a path, shortened
 # with "...", when VLLM_LOGGING_LEVEL=DEBUG). The first one in a line is
-# vLLM's: whatever a request quotes comes after it.
+# vLLM's: whatever a request quotes comes after it. A log pasted into an issue
+# or a note often has its stamps elided to "..." ("INFO ... [kv_cache_utils.py:
+# 1087] GPU KV cache size: ..."): the same prefix, with no stamp.
 _PREFIX_BODY = (
     r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) "
-    r"([0-9]{2})-([0-9]{2}) ([0-9]{2}):([0-9]{2}):([0-9]{2}) "
+    r"(?:([0-9]{2})-([0-9]{2}) ([0-9]{2}):([0-9]{2}):([0-9]{2})|\.\.\.) "
     r"\[?(?:[\w.-]{1,100}/){0,16}([\w.-]{1,100}\.py):[0-9]{1,9}\] ")
 _PREFIX = re.compile(r"(?<![A-Za-z0-9_])" + _PREFIX_BODY, re.ASCII)
 # What may stand before vLLM's prefix, or before the text of a line pasted
@@ -220,7 +222,7 @@ class LogLine(t.NamedTuple):
 
     lead: str  # what stands before the message: outer prefixes, process labels, vLLM's prefix
     source: t.Optional[str]  # the file in vLLM's prefix ("kv_cache_utils.py"); None without one
-    stamp: t.Optional[int]  # seconds into the year of the prefix's "MM-DD HH:MM:SS"
+    stamp: t.Optional[int]  # seconds into the year of the prefix's "MM-DD HH:MM:SS"; None when elided
     message: str
     text: str  # the whole line
 
@@ -248,8 +250,10 @@ def split_line(text: str) -> LogLine:
     stands before it. Without one, the message starts after the lead."""
     m = _first_prefix(text)
     if m and m.start() <= _LEAD_MAX and _LEAD.fullmatch(text, 0, m.start()):
-        mon, day, hh, mm, ss = (int(g) for g in m.group(2, 3, 4, 5, 6))
-        stamp = ((((mon - 1) * 31 + day - 1) * 24 + hh) * 60 + mm) * 60 + ss
+        stamp = None
+        if m.group(2) is not None:
+            mon, day, hh, mm, ss = (int(g) for g in m.group(2, 3, 4, 5, 6))
+            stamp = ((((mon - 1) * 31 + day - 1) * 24 + hh) * 60 + mm) * 60 + ss
         return LogLine(text[:m.start()], m.group(7), stamp, text[m.end():], text)
     end = _LEAD.match(text, 0, _LEAD_MAX).end()
     return LogLine(text[:end], None, None, text[end:], text)

@@ -177,7 +177,7 @@ def test_restart_cron_job_relative_path(index, name):
 
 @pytest.mark.parametrize("kwargs,match", [
     (dict(syslog_tag="vllm fleet"), "syslog_tag must be"),
-    (dict(rotate=0), "rotate must be a positive integer"),
+    (dict(rotate=0), "rotate must be an integer from 1 to 10000"),
 ])
 def test_restart_cron_job_bad_options(kwargs, match):
     with pytest.raises(AnsibleFilterError, match=match):

@@ -96,6 +96,12 @@ def test_timeout_must_be_positive(run_module, tmp_path, timeout):
 
 
 @pytest.mark.parametrize("extra, msg", [
+    # The argspec's int reads "1e999" as a 1,000-digit int, its float "inf" and "nan" as numbers.
+    ({"timeout": "1e999"}, "timeout must be at most 86400 seconds (a day), got a number of more than 30 digits."),
+    ({"timeout": 86401}, "timeout must be at most 86400 seconds (a day), got 86401."),
+    ({"expect_gpus": "nan"}, "expect_gpus must be a number of GPUs, 0 or more, got nan."),
+    ({"expect_gpus": "1e999"}, "expect_gpus must be a number of GPUs, 0 or more, got inf."),
+    ({"expect_gpus": -2}, "expect_gpus must be a number of GPUs, 0 or more, got -2.0."),
     ({"wait_s": -1}, "wait_s must be 0 (probe once) or a positive number of seconds, got -1."),
     ({"wait_s": "nan"}, "wait_s must be 0 (probe once) or a positive number of seconds, got nan."),
     ({"wait_s": 86401}, "wait_s must be at most 86400 seconds (a day), got 86401."),

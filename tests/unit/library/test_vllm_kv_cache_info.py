@@ -50,6 +50,8 @@ def pick(result: dict, keys=CI_RESULT) -> dict:
      "\"'two'\" cannot be converted to an int"),
     ({"content": "x", "context_tokens": 0}, "context_tokens must be a positive integer, got 0."),
     ({"content": "x", "min_sessions": -2}, "min_sessions must be a positive integer, got -2."),
+    ({"content": "x", "min_sessions": "-1e999"}, "min_sessions must be a positive integer, got a number of more than "
+                                                 "30 digits."),
     ({"content": "x", "colour": "red"},
      "Unsupported parameters for (basic.py) module: colour. Supported parameters include: content, "
      "context_tokens, min_sessions, path, required, unit."),

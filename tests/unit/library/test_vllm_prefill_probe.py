@@ -129,8 +129,17 @@ def test_argument_errors(run_module, fake, path, params, msg):
 
 
 @pytest.mark.parametrize("params, msg", [
-    ({"prompt_tokens": 8}, "prompt_tokens must be at least 16, got 8."),
-    ({"prompt_tokens": -1}, "prompt_tokens must be at least 16, got -1."),
+    ({"prompt_tokens": 8}, "prompt_tokens must be between 16 and 16777216, got 8."),
+    ({"prompt_tokens": -1}, "prompt_tokens must be between 16 and 16777216, got -1."),
+    # The argspec's int reads "1e999" as a 1,000-digit int: the probe went on to build a prompt that long.
+    ({"prompt_tokens": "1e999"}, "prompt_tokens must be between 16 and 16777216, got a number of more than 30 digits."),
+    ({"prompt_tokens": 16777217}, "prompt_tokens must be between 16 and 16777216, got 16777217."),
+    ({"groups": "1e999"}, "groups must be between 2 and 16, got a number of more than 30 digits."),
+    # The argspec's float reads "inf", "nan" and "1e999" as numbers; every range refuses them.
+    ({"window": "nan"}, "window must be between 0.5 and 300 seconds, got nan."),
+    ({"window_max": "1e999"}, "window_max must be between 0.5 and 600 seconds, got inf."),
+    ({"threshold_floor": "-inf"}, "threshold_floor must be between 1.0 and 10, got -inf."),
+    ({"timeout": "nan"}, "timeout must be between 0 and 3600 seconds, got nan."),
     ({"groups": 1}, "groups must be between 2 and 16, got 1."),
     ({"groups": 17}, "groups must be between 2 and 16, got 17."),
     ({"window": 0.1}, "window must be between 0.5 and 300 seconds, got 0.1."),

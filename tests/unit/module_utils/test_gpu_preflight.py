@@ -493,6 +493,7 @@ OPTIONS = dict(min_gpus=1, ports=[6379, 8000], min_cuda_version="12.8", address=
 @pytest.mark.parametrize("changes", [
     {}, {"min_gpus": 0}, {"ports": []}, {"ports": [1, 65535]}, {"min_cuda_version": None}, {"address": None},
     {"peer_addresses": []}, {"min_cuda_version": "13"}, {"address": "255.255.255.255"},
+    {"min_gpu_memory_gib": 100}, {"min_disk_gib": 0.5}, {"min_disk_gib": None}, {"controller_time": 1.7e9},
 ])
 def test_valid_options(changes):
     assert validate_options(**dict(OPTIONS, **changes)) is None
@@ -509,6 +510,16 @@ def test_valid_options(changes):
     ({"peer_addresses": ["::1", "spark2"]}, "peer_addresses must be IPv4 addresses, got '::1, spark2'"),
     # the first bad option is the one reported
     ({"min_gpus": -1, "address": "x"}, "min_gpus must be 0 or more, got -1"),
+    # The argspec's float takes "inf", "nan" and "1e999": every comparison with them fails or passes.
+    ({"min_gpu_memory_gib": float("nan")}, "min_gpu_memory_gib must be a number of GiB, 0 or more, got nan"),
+    ({"min_gpu_memory_gib": float("inf")}, "min_gpu_memory_gib must be a number of GiB, 0 or more, got inf"),
+    ({"min_disk_gib": float("-inf")}, "min_disk_gib must be a number of GiB, 0 or more, got -inf"),
+    ({"min_disk_gib": -1.0}, "min_disk_gib must be a number of GiB, 0 or more, got -1.0"),
+    ({"min_disk_gib": 10 ** 5000},
+     "min_disk_gib must be a number of GiB, 0 or more, got a number of more than 30 digits"),
+    ({"controller_time": float("nan")}, "controller_time must be epoch seconds (now().timestamp()), got nan"),
+    ({"controller_time": 10 ** 400}, "controller_time must be epoch seconds (now().timestamp()), got a number of more "
+                                     "than 30 digits"),
 ])
 def test_bad_options(changes, msg):
     with pytest.raises(PreflightOptionError) as exc:

@@ -15,6 +15,7 @@ filters catch.
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 from pathlib import Path
 
@@ -56,6 +57,7 @@ from hostile import (
     documents,
     mutated,
     non_ascii_number,
+    out_of_range,
     raises_only,
 )
 
@@ -262,15 +264,20 @@ def test_is_ipv4_refuses(value):
     assert is_ipv4(value) is False
 
 
-@given(min_gpus=ANY_VALUE, ports=ANY_VALUE, min_cuda=ANY_VALUE, address=ANY_VALUE, peers=ANY_VALUE)
+@given(min_gpus=ANY_VALUE, ports=ANY_VALUE, min_cuda=ANY_VALUE, address=ANY_VALUE, peers=ANY_VALUE,
+       memory=ANY_VALUE | out_of_range(), disk=ANY_VALUE | out_of_range(), clock=ANY_VALUE | out_of_range())
 def test_validate_options_raises_only_its_error_and_what_it_passes_the_checks_can_use(
-        min_gpus, ports, min_cuda, address, peers):
+        min_gpus, ports, min_cuda, address, peers, memory, disk, clock):
     try:
         validate_options(min_gpus=min_gpus, ports=ports, min_cuda_version=min_cuda, address=address,
-                         peer_addresses=peers)
+                         peer_addresses=peers, min_gpu_memory_gib=memory, min_disk_gib=disk, controller_time=clock)
     except PreflightOptionError as exc:
         assert len(str(exc)) < 1000
         return
+    # Sizes and the time that pass are finite numbers (or None where optional).
+    assert math.isfinite(memory) and memory >= 0
+    assert disk is None or (math.isfinite(disk) and disk >= 0)
+    assert clock is None or math.isfinite(clock)
     addresses = {"eth0": ["192.0.2.2/24"]}
     check_engine_subnet(None, address, peers, addresses)
     check_engine_subnet("eth0", address, peers, addresses)

@@ -111,6 +111,14 @@ CASES = [
         "26_a800_mig_enabled_table_exporter203.txt", "table", None, "535.86.10", "12.2",
         [gpu(0, "NVIDIA A800-SXM4-80GB", "00000000:18:00.0", 81920, 36537, "Enabled")],
     ),
+    (
+        "40_orin_table_bus_na_driver_na_oe4t17.txt", "table", None, None, "12.2",
+        [gpu(0, "Orin (nvgpu)", unified=True)],
+    ),
+    (
+        "41_orin_table_bus_na_540_4_ultralytics20680.txt", "table", None, "540.4.0", "12.6",
+        [gpu(0, "Orin (nvgpu)", unified=True)],
+    ),
 ]
 
 FAILURE_CASES = [
@@ -146,8 +154,11 @@ def test_failure_capture(name, kind, words, parser):
     assert caught.value.hint
 
 
-@pytest.mark.parametrize("name", ["01_gb10_csv_memory_na_unsloth10283.txt", "06_gb10_table_580_126_arctictraining345.txt"])
-def test_gb10_memory_is_none_never_zero(name):
+@pytest.mark.parametrize("name", ["01_gb10_csv_memory_na_unsloth10283.txt",
+                                  "06_gb10_table_580_126_arctictraining345.txt",
+                                  "40_orin_table_bus_na_driver_na_oe4t17.txt",
+                                  "41_orin_table_bus_na_540_4_ultralytics20680.txt"])
+def test_unified_memory_is_none_never_zero(name):
     text = load(name)
     report = parse_csv(text) if "csv" in name else parse_table(text)
     assert report.gpus[0].memory_total_mib is None
@@ -163,6 +174,35 @@ def test_merge_gb10_table_and_csv():
     assert report.gpu_count == 1
     g = report.gpus[0]
     assert (g.name, g.bus_id, g.memory_total_mib, g.unified_memory) == ("NVIDIA GB10", "0000000F:01:00.0", None, True)
+
+
+@pytest.mark.parametrize("name", ["40_orin_table_bus_na_driver_na_oe4t17.txt",
+                                  "41_orin_table_bus_na_540_4_ultralytics20680.txt"])
+def test_an_integrated_gpu_whose_bus_id_reads_na_is_one_gpu(name):
+    """Jetson prints N/A where the Bus-Id goes; a row anchored on a PCI address
+    read zero GPUs and no error, so gpu_count failed on a host that has one."""
+    report = parse_table(load(name))
+    assert report.gpu_count == 1
+    g = report.gpus[0]
+    assert (g.index, g.name, g.bus_id, g.memory_total_mib, g.unified_memory) == (0, "Orin (nvgpu)", None, None, True)
+
+
+def test_merge_an_integrated_gpu_with_its_query():
+    # The GB10 query stands in for the Orin host's own (both one GPU, memory [N/A]).
+    report = merge(parse_table(load("41_orin_table_bus_na_540_4_ultralytics20680.txt")),
+                   parse_csv(load("01_gb10_csv_memory_na_unsloth10283.txt")))
+    assert report.gpu_count == 1
+    g = report.gpus[0]
+    assert (g.name, g.bus_id, g.memory_total_mib, g.unified_memory) == ("Orin (nvgpu)", None, None, True)
+
+
+@pytest.mark.parametrize("cell", ["N/AN/A", "NA", "N/A", "n/a", "N/A0000:01:00.0"],
+                         ids=["glued", "no-slash", "no-space-after", "lower-case", "glued-address"])
+def test_a_bus_id_cell_that_is_neither_an_address_nor_na_is_no_gpu(cell):
+    lines = load("41_orin_table_bus_na_540_4_ultralytics20680.txt").splitlines()
+    row = next(i for i, line in enumerate(lines) if "Orin (nvgpu)" in line)
+    lines[row] = lines[row].replace("| N/A              N/A |", f"|{cell}|" if cell == "N/A" else f"| {cell}  N/A |")
+    assert parse_table("\n".join(lines)).gpus == []
 
 
 def test_merge_takes_full_names_from_the_query():

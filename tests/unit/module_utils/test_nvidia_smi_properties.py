@@ -6,8 +6,9 @@ messages, cut, noised, mutated line by line and shuffled.
 What each promises: parse_csv and parse_table raise NvidiaSmiError (or its
 NvidiaSmiFailure) and nothing else; classify_failure and merge never raise;
 every GPU index and memory figure they return is written in ASCII digits in
-the input (memory times its unit); a version is ASCII dotted digits; each runs
-in linear time. The checks the module builds from a report never raise.
+the input (memory times its unit), and every Bus-Id is written there too (None
+for N/A); a version is ASCII dotted digits; an integrated GPU's table (Bus-Id
+N/A) reads one GPU at most; each runs in linear time. The checks the module builds from a report never raise.
 """
 from __future__ import annotations
 
@@ -64,11 +65,16 @@ H100 = TABLES["19_h100_table_535_gvisor10413.txt"]
 GPU_LINE = next(ln for ln in H100 if "00000000:04:00.0" in ln)
 MEMORY_LINE = H100[H100.index(GPU_LINE) + 1]
 L40S = CSVS["09_l40s_csv_units_akash99.txt"]
+# Integrated GPUs: the Bus-Id cell reads N/A (INDEX.md trap 2).
+ORINS = {name: lines for name, lines in TABLES.items() if "_orin_" in name}
+ORIN = ORINS["41_orin_table_bus_na_540_4_ultralytics20680.txt"]
+ORIN_LINE = next(ln for ln in ORIN if "Orin (nvgpu)" in ln)
 KINDS = {kind for kind, _, _ in FAILURES}
 
 
 def test_the_lines_are_the_captures():
-    assert (len(TABLES), len(CSVS), len(FAILS)) == (5, 4, 2)
+    assert (len(TABLES), len(CSVS), len(FAILS)) == (7, 4, 2)
+    assert ORIN_LINE.startswith("|   0  Orin (nvgpu) ") and "| N/A              N/A |" in ORIN_LINE
     assert GPU_LINE.startswith("|   0  NVIDIA H100 80GB HBM3 ") and "72459MiB / 81559MiB" in MEMORY_LINE
     assert L40S[0] == "name, driver_version, memory.total [MiB], pci.bus_id, pci.device_id"
 
@@ -94,10 +100,12 @@ def csvs() -> st.SearchStrategy[str]:
 
 
 def assert_from_input(report: SmiReport, text: str) -> None:
-    """No GPU index, memory figure or version that the input does not write in ASCII digits."""
+    """No GPU index, memory figure or version that the input does not write in ASCII digits;
+    no Bus-Id that it does not write (None for N/A)."""
     present = numbers_in(text)
     for position, gpu in enumerate(report.gpus):
         assert gpu.index == position or gpu.index in present, f"index {gpu.index} is not in the input"
+        assert gpu.bus_id is None or (gpu.bus_id in text and re.fullmatch(r"[0-9A-Fa-f:.]+", gpu.bus_id))
         for value in (gpu.memory_total_mib, gpu.memory_used_mib):
             if value is not None:
                 assert isinstance(value, int) and value >= 0
@@ -136,6 +144,25 @@ def test_merge_never_raises_on_what_the_parsers_return(table_text, csv_text):
         merged = merge(table, query)
         assert merged.gpu_count == table.gpu_count
         assert_checks_hold(merged)
+
+
+@given(st.sampled_from(sorted(ORINS)).flatmap(lambda name: one_line_mutated(ORINS[name])))
+def test_an_integrated_gpu_table_reads_at_most_its_one_gpu(text):
+    """The N/A Bus-Id makes a row a GPU; one hostile line never makes two, nor a
+    Bus-Id or a memory size out of N/A."""
+    report = raises_only(NvidiaSmiError, parse_table, text)
+    if report is not None:
+        assert report.gpu_count <= 1
+        for gpu in report.gpus:
+            assert gpu.bus_id is None and gpu.memory_total_mib is None
+        assert_checks_hold(report)
+
+
+def test_every_cut_of_an_integrated_gpu_row_is_one_gpu_or_none():
+    at = ORIN.index(ORIN_LINE)
+    for cut in cut_points(ORIN_LINE):
+        report = parse_table("\n".join(ORIN[:at] + [cut] + ORIN[at + 1:]))
+        assert [(g.name, g.bus_id) for g in report.gpus] in ([], [("Orin (nvgpu)", None)])
 
 
 def test_a_cut_gpu_block_never_reads_larger():
@@ -191,6 +218,8 @@ def test_table_is_linear():
     assert_linear(parse, lambda n: head + GPU_LINE + "\n| N/A | " + "1" * n + " |  |")
     assert_linear(parse, lambda n: head + GPU_LINE + "\n| N/A | " + "1 MiB " * (n // 6) + " |  |")
     assert_linear(parse, lambda n: "Driver Version:" + " " * n)
+    assert_linear(parse, lambda n: head + "|   0  Orin  N/A  | N/A" + " " * n)
+    assert_linear(parse, lambda n: head + (ORIN_LINE + "\n") * (n // len(ORIN_LINE)))
 
 
 # ---- the CSV query -----------------------------------------------------------------------------

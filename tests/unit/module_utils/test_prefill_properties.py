@@ -37,6 +37,7 @@ from hostile import (
     nested,
     non_ascii_number,
     numbers_in,
+    out_of_range,
     raises_only,
 )
 
@@ -185,6 +186,24 @@ def test_huge_nan_inf_negative_are_none_with_a_note(value):
     assert snap.prefill_tokens_sum == 1230.0
     assert [n for n in snap.notes if n.startswith("vllm:request_prefill_time_seconds_sum{")]
     assert all(len(n) < 300 for n in snap.notes)
+
+
+def as_written(number) -> str:
+    """An out-of-range number as a sample's value text (an int past 4,300 digits as digits)."""
+    if isinstance(number, str):
+        return number
+    if isinstance(number, int):
+        return HUGE_NUMBER if abs(number) >= 10 ** 4000 else str(number)
+    return repr(number)
+
+
+@given(st.sampled_from(READ), out_of_range().map(as_written), st.booleans())
+def test_a_read_line_with_a_number_past_range_raises_only_its_error(line, value, stamped):
+    """Every line the probe reads, its value 5,000 digits, 1e999, inf, nan or
+    numeric text: PrefillError or a snapshot of finite counts, nothing else."""
+    name_and_labels, _ = line.rsplit(" ", 1)
+    text = REAL.replace(line, name_and_labels + " " + value + (" " + value if stamped else ""))
+    parsed(text)
 
 
 @pytest.mark.parametrize("value, want", [

@@ -119,7 +119,7 @@ def test_an_overlapping_run_exits_75_not_1(venv, tmp_path):
 
 
 @pytest.mark.parametrize("kw,match", [
-    ({"rotate": 0}, "rotate must be a positive integer"),
+    ({"rotate": 0}, "rotate must be an integer from 1 to 10000"),
     ({"rotate": True}, "rotate"),
 ])
 def test_runner_argv_refuses(venv, tmp_path, kw, match):

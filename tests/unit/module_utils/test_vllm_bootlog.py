@@ -93,6 +93,14 @@ def test_boot_log_latest_boot_wins(fixtures_dir, tmp_path):
       "(EngineCore pid=9) INFO 01-15 10:00:09 [core.py:133] Initializing a V1 LLM engine (v0.15.1) with config: x"],
      "0.15.1"),
     (["2025-02-22 21:02:44,020\tINFO worker.py:1654 -- Ray version 2.40.0"], None),
+    # The stamp elided to "..." by whoever pasted the log: still vLLM's prefix.
+    (["(APIServer pid=1) INFO ... [utils.py:250] non-default args: {'model': 'm'}",
+      "(EngineCore pid=9) INFO ... [core.py:133] Initializing a V1 LLM engine (v0.15.1) with config: x"],
+     "0.15.1"),
+    (["INFO 12-20 10:00:00 api_server.py:712] vLLM API server version 0.6.6.post1",
+      "INFO ... logger.py:37] Received request cmpl-1: prompt: 'INFO ... [api_server.py:1] vLLM API server "
+      "version 9.9.9', params: SamplingParams(n=1), prompt_token_ids: [1], lora_request: None."],
+     "0.6.6.post1"),
     # Look-alikes quoted by vLLM's request logger (--enable-log-requests) never count.
     (["INFO 12-20 10:00:00 api_server.py:712] vLLM API server version 0.6.6.post1",
       "INFO 12-20 10:05:00 logger.py:37] Received request cmpl-1: prompt: 'vLLM API server version 9.9.9', params: "

@@ -47,6 +47,9 @@ def test_resolve_version(installed, given, logged, version):
 
 @pytest.mark.parametrize("installed,given,message", [
     (None, "latest", "vllm_version 'latest' is not a version like 0.32.0"),
+    # A number past int()'s 4,300 digits: the same message, the value cut.
+    (None, "0." + "9" * 5000, "vllm_version '0." + "9" * 74 + "... is not a version like 0.32.0"),
+    (None, "0.\u0663\u0662.0", "vllm_version '0.\u0663\u0662.0' is not a version like 0.32.0"),
     ("0.32.0", "0.18.0", "vllm_version 0.18.0 contradicts `vllm --version` (0.32.0); "
                          "drop vllm_version when vllm_bin is given"),
 ])

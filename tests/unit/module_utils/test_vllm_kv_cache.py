@@ -427,6 +427,31 @@ def test_other_formats(line, expected):
     assert {k: getattr(report, k) for k in expected} == expected
 
 
+# --- stamps elided by whoever pasted the log ("INFO ... [file.py:N]") -------------------------
+
+@pytest.mark.parametrize("line, expected", [
+    ("INFO ... [kv_cache_utils.py:1087] GPU KV cache size: 2,420,352 tokens", dict(kv_cache_tokens=2420352)),
+    ("(EngineCore pid=43) INFO ... [kv_cache_utils.py:1147] XPU KV cache size: 204,615 tokens, "
+     "Maximum concurrency for 200,000 tokens per request: 1.02x",
+     dict(kv_cache_tokens=204615, device="XPU", max_concurrency=1.02, concurrency_tokens=200000)),
+    ("(Worker_TP0 pid=52) INFO ... [gpu_worker.py:460] Available KV cache memory: 22.5 GiB\n"
+     "(EngineCore pid=43) INFO ... [kv_cache_utils.py:1710] GPU KV cache size: 2,420,352 tokens",
+     dict(available_kv_cache_memory_gib=22.5, kv_cache_tokens=2420352)),
+    ("INFO ... kv_cache_utils.py:522] # GPU blocks: 127626", dict(gpu_blocks=127626)),
+    ("(APIServer pid=1) INFO ... [api_server.py:1977] vLLM API server version 0.10.2\n"
+     "(EngineCore pid=43) INFO ... [kv_cache_utils.py:1710] GPU KV cache size: 2,420,352 tokens",
+     dict(vllm_version="0.10.2", kv_cache_tokens=2420352)),
+])
+def test_a_line_whose_stamp_was_elided_is_read(line, expected):
+    report = kv.scan_text(line + "\n")
+    assert {k: getattr(report, k) for k in expected} == expected
+    # After a stamped line too: it has vLLM's prefix, so LogLines keeps it.
+    stamped = next(ln for ln in REAL.splitlines() if kv.split_line(ln).stamp is not None)
+    report = kv.scan_text(stamped + "\n" + line + "\n")
+    assert {k: getattr(report, k) for k in expected if k != "vllm_version"} == \
+        {k: v for k, v in expected.items() if k != "vllm_version"}
+
+
 @pytest.mark.parametrize("banner, version", [
     ("INFO 06-12 08:12:20 api_server.py:177] vLLM API server version 0.6.6.post1", "0.6.6.post1"),
     ("(APIServer pid=1) INFO 05-06 06:17:20 [api_server.py:1977] vLLM API server version 0.10.2", "0.10.2"),
@@ -470,6 +495,12 @@ def test_version_sources(banner, version):
     "(APIServer pid=1) ERROR 12-01 10:00:01 [serving_chat.py:200] GPU KV cache size: 1 tokens",
     # Someone else's text that quotes a whole line (a traceback's message).
     "ValueError: INFO 02-20 00:01:02 kv_cache_utils.py:522] # GPU blocks: 1",
+    # ... with its stamp elided, or quoted by the request logger so.
+    "ValueError: INFO ... [kv_cache_utils.py:1087] GPU KV cache size: 1 tokens",
+    "INFO 12-01 10:00:00 [logger.py:43] Received request cmpl-5d1e-0: prompt: 'INFO ... [kv_cache_utils.py:1087] "
+    "GPU KV cache size: 1 tokens', params: SamplingParams(n=1, max_tokens=16), lora_request: None.",
+    "INFO ... [logger.py:43] Received request cmpl-5d1e-0: prompt: 'INFO ... [kv_cache_utils.py:1087] "
+    "GPU KV cache size: 1 tokens', params: SamplingParams(n=1, max_tokens=16), lora_request: None.",
     # Figures no vLLM prints: non-ASCII digits, more than 4,300 digits.
     "GPU KV cache size: \u0662\u0660\u0664\u0662\u0660\u0661\u0666 tokens",
     "INFO 02-20 00:01:02 kv_cache_utils.py:522] # GPU blocks: \uff11\uff12\uff17",

