@@ -1,9 +1,9 @@
 """A fake AWX API v2 server on 127.0.0.1 for tests/unit/test_awx_restart.py.
 
 It mimics only what awx.awx 24.6.1's credential, project, inventory,
-inventory_source, job_template and schedule modules ask of AWX (read in the
-collection's module_utils/controller_api.py and the six modules), checked
-by that test, and no more:
+inventory_source, job_template and schedule modules and its controller_api
+lookup ask of AWX (read in the collection's module_utils/controller_api.py,
+the six modules and the lookup), checked by that test, and no more:
 
 * ``/api/v2/<kind>/``: GET lists, filtered by any field (``name=``,
   ``organization=``, get_one's ``or__id=``/``or__name=``), paged by
@@ -11,23 +11,27 @@ by that test, and no more:
 * ``/api/v2/<kind>/<id>/``: GET, PATCH, DELETE (204).
 * ``<job template>/survey_spec/``: GET ({} when none), POST, DELETE.
 * ``<job template>/credentials/``: GET the list, POST ``{id}`` to associate
-  and ``{id, disassociate: true}`` to take one away.
+  and ``{id, disassociate: true}`` to take one away; as AWX, it refuses a
+  second credential of one type (and vault id) on a template: "Cannot
+  assign multiple Machine credentials." (400).
 * Each project POST or PATCH starts an update that is already "successful"
   (``/api/v2/project_updates/<id>/``), for the project module's ``wait``.
 * ``<template>/schedules/``: GET. ``/api/v2/unified_job_templates/``:
   projects, inventory sources and job templates (GET only), which share one
   id sequence as in AWX.
 
-Seeded: organization "Default" (1), credential type "Machine" (1), no
-execution environments. Every answer carries ``X-API-Product-Name: AWX``
-and ``X-API-Product-Version: 24.6.1``; every request needs ``Authorization:
-Bearer <token>`` (401 otherwise). A survey spec is checked as AWX checks
-it; credential secrets are answered as ``$encrypted$``, as AWX does. Unlike
-AWX, fields are stored as sent: AWX turns a null char field (the inventory
-module sends ``kind: null``) into "", so that module PATCHes on every run
-against a real AWX, reporting no change, where here it sends nothing. Requests
-are recorded in ``requests``, objects kept in ``objects[kind]`` (lists),
-sub-resources in ``related[(kind, id, name)]``.
+Seeded: organization "Default" (1), credential types "Machine" (1) and
+"Vault" (2), no execution environments. Every answer carries
+``X-API-Product-Name: AWX`` and ``X-API-Product-Version: 24.6.1``; every
+request needs ``Authorization: Bearer <token>`` (401 otherwise). A survey
+spec is checked as AWX checks it; credential secrets are answered as
+``$encrypted$``, and a credential carries its type's namespace as ``kind``
+(``ssh`` for Machine), as AWX does. Unlike AWX, fields are stored as sent:
+AWX turns a null char field (the inventory module sends ``kind: null``)
+into "", so that module PATCHes on every run against a real AWX, reporting
+no change, where here it sends nothing. Requests are recorded in
+``requests``, objects kept in ``objects[kind]`` (lists), sub-resources in
+``related[(kind, id, name)]``.
 """
 from __future__ import annotations
 
@@ -50,7 +54,7 @@ REFS = {"organization": "organizations", "credential_type": "credential_types", 
         "source_project": "projects", "inventory": "inventories", "credential": "credentials",
         "execution_environment": "execution_environments", "default_environment": "execution_environments",
         "unified_job_template": "unified_job_templates"}
-SECRET_INPUTS = {"password", "ssh_key_data", "ssh_key_unlock", "become_password"}
+SECRET_INPUTS = {"password", "ssh_key_data", "ssh_key_unlock", "become_password", "vault_password"}
 # What AWX answers for fields a module reads but never sends.
 DEFAULTS = {"projects": {"scm_revision": "", "status": "successful"}}
 
@@ -73,6 +77,7 @@ class FakeAWX:
         self.lock = threading.Lock()
         self._create("organizations", {"name": "Default"})
         self._create("credential_types", {"name": "Machine", "kind": "ssh", "namespace": "ssh"})
+        self._create("credential_types", {"name": "Vault", "kind": "vault", "namespace": "vault"})
         self.server = _Server(("127.0.0.1", 0), self._handler())
         self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
@@ -126,11 +131,20 @@ class FakeAWX:
         summary["last_update"] = {"id": update["id"], "status": "successful", "failed": False}
         return dict(project, summary_fields=dict(summary, current_update=summary["last_update"]))
 
-    @staticmethod
-    def _shown(obj: dict) -> dict:
+    def _shown(self, obj: dict) -> dict:
         if "inputs" not in obj:
             return obj
-        return dict(obj, inputs={k: "$encrypted$" if k in SECRET_INPUTS and v else v for k, v in obj["inputs"].items()})
+        kind = (self._find("credential_types", obj.get("credential_type")) or {}).get("namespace")
+        return dict(obj, kind=kind,
+                    inputs={k: "$encrypted$" if k in SECRET_INPUTS and v else v for k, v in obj["inputs"].items()})
+
+    def _same_type(self, ids: list, credential: dict):
+        """The name of the type an associated credential shares with ``credential`` (AWX's unique_hash:
+        the type, and the vault id for a vault credential), or None."""
+        def key(c):
+            return c.get("credential_type"), (c.get("inputs") or {}).get("vault_id")
+        same = any(key(self._find("credentials", i) or {}) == key(credential) for i in ids)
+        return (self._find("credential_types", credential.get("credential_type")) or {}).get("name") if same else None
 
     def _bad_refs(self, body: dict):
         for field, kind in REFS.items():
@@ -242,6 +256,9 @@ class FakeAWX:
                     ids[:] = [i for i in ids if i != body["id"]]
                 elif self._find(sub, body["id"]) is None:
                     return 400, {"msg": "Related object %s not found." % body["id"]}
+                elif body["id"] not in ids and self._same_type(ids, self._find(sub, body["id"])):
+                    return 400, {"error": "Cannot assign multiple %s credentials."
+                                 % self._same_type(ids, self._find(sub, body["id"]))}
                 elif body["id"] not in ids:
                     ids.append(body["id"])
                 return 204, None

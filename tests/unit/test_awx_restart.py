@@ -209,3 +209,98 @@ def test_absent_twice_is_a_no_op(removed):
     assert removed.awx.writes(since=mark) == []
     assert result.returncode == 0, ran(result)
     assert recap(result)["changed"] == 0, ran(result)
+
+
+def _associated(awx: FakeAWX) -> list:
+    """The names of the credentials on the job template, in AWX's order."""
+    template = awx.one("job_templates", name=JOB_TEMPLATE)
+    return [awx.one("credentials", id=i)["name"] for i in awx.related[("job_templates", template["id"], "credentials")]]
+
+
+@pytest.fixture(scope="module")
+def credentials():
+    """A configured AWX; a Vault credential put on the job template by hand (as
+    inventory/example/README.md once said to) and a run with the same input;
+    another made in AWX and declared in the inventory
+    (awx_restart_extra_credentials) and two runs with it; then one with the
+    hosts' credential renamed. Each run: its result, its writes, and the names
+    on the template after it."""
+    declared = ["-e", json.dumps({"awx_restart_extra_credentials": ["vllm-fleet vault"]})]
+    runs = {}
+
+    def run(name, *extra):
+        mark = len(awx.requests)
+        result = play(awx, *extra)
+        runs[name] = SimpleNamespace(result=result, writes=awx.writes(since=mark), names=_associated(awx))
+
+    with FakeAWX(TOKEN) as awx:
+        run("first")
+        assert runs["first"].result.returncode == 0, ran(runs["first"].result)
+        vault = awx.one("credential_types", name="Vault")["id"]
+        by_hand = awx._create("credentials", {"name": "vault by hand", "credential_type": vault, "organization": 1,
+                                              "inputs": {"vault_id": "lab", "vault_password": "pw-by-hand"}})
+        awx._create("credentials", {"name": "vllm-fleet vault", "credential_type": vault, "organization": 1,
+                                    "inputs": {"vault_id": "site", "vault_password": "pw-declared"}})
+        template = awx.one("job_templates", name=JOB_TEMPLATE)
+        awx.related[("job_templates", template["id"], "credentials")].append(by_hand["id"])
+        run("by_hand")
+        run("declaring", *declared)
+        run("again", *declared)
+        run("renamed", *declared, "-e", json.dumps({"awx_restart_credential": "vllm-fleet hosts 2026"}))
+        yield SimpleNamespace(awx=awx, **runs)
+
+
+def test_a_rerun_keeps_a_credential_added_by_hand_and_changes_nothing(credentials):
+    """awx.awx.job_template makes the template's credentials exactly the list it is
+    given; the role gives it the ones already there too. So the Vault credential put
+    on by hand survives a rerun with the same input, which reports changed=0, writes
+    nothing, and names the kept credential with what to do."""
+    run = credentials.by_hand
+    assert run.result.returncode == 0, ran(run.result)
+    assert recap(run.result)["changed"] == 0, ran(run.result)
+    assert run.writes == []
+    assert run.names == ["vllm-fleet hosts", "vault by hand"]
+    out = " ".join(run.result.stdout.split())
+    assert 'though the inventory does not declare them: "vault by hand".' in out, ran(run.result)
+    assert "ansible-playbook -i inventory/<site> playbooks/awx-restart.yml" in out
+
+
+def test_a_declared_credential_is_added_and_a_second_run_changes_nothing(credentials):
+    """Declared in the inventory, a credential is put on the template beside the kept
+    one (one association, changed=1); the same input again: changed=0, no write to
+    AWX, all three still there."""
+    run = credentials.declaring
+    assert run.result.returncode == 0, ran(run.result)
+    assert recap(run.result)["changed"] == 1, ran(run.result)
+    assert [(w["method"], w["body"]) for w in run.writes] == \
+        [("POST", {"id": credentials.awx.one("credentials", name="vllm-fleet vault")["id"]})]
+    assert run.names == ["vllm-fleet hosts", "vault by hand", "vllm-fleet vault"]
+    again = credentials.again
+    assert again.result.returncode == 0, ran(again.result)
+    assert recap(again.result)["changed"] == 0, ran(again.result)
+    assert again.writes == []
+    assert again.names == ["vllm-fleet hosts", "vault by hand", "vllm-fleet vault"]
+
+
+def test_a_renamed_hosts_credential_replaces_the_machine_credential_only(credentials):
+    """AWX allows one Machine credential per template (the fake refuses a second as
+    AWX does), so the old hosts' credential goes; the two Vault ones stay."""
+    result = credentials.renamed.result
+    assert result.returncode == 0, ran(result)
+    assert sorted(credentials.renamed.names) == ["vault by hand", "vllm-fleet hosts 2026", "vllm-fleet vault"]
+    for secret in ("pw-by-hand", "pw-declared", KEY_BODY, TOKEN):
+        assert secret not in result.stdout + result.stderr
+
+
+def test_the_fake_refuses_a_second_credential_of_one_type_as_awx_does():
+    """The rule the rename test relies on, seen on the fake alone."""
+    with FakeAWX(TOKEN) as awx:
+        machine = awx.one("credential_types", name="Machine")["id"]
+        one, two = (awx._create("credentials", {"name": n, "credential_type": machine, "inputs": {}})
+                    for n in ("one", "two"))
+        template = awx._create("job_templates", {"name": "t"})
+        status, _ = awx._route("POST", ["job_templates", str(template["id"]), "credentials"], {}, {"id": one["id"]})
+        assert status == 204
+        status, answer = awx._route("POST", ["job_templates", str(template["id"]), "credentials"], {},
+                                    {"id": two["id"]})
+        assert (status, answer) == (400, {"error": "Cannot assign multiple Machine credentials."})
