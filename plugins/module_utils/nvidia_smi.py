@@ -261,6 +261,12 @@ def parse_csv(text: str, columns=None) -> SmiReport:
     return SmiReport(source="csv", gpus=gpus, driver_version=driver)
 
 
+def _csv_bus_id(value):
+    """A CSV cell's PCI address, or None for N/A or anything that is none."""
+    value = value.strip() if value is not None else None
+    return value if value and re.fullmatch(_PCI_ADDRESS, value) else None
+
+
 def _gpu_from_csv(number: int, values: dict, units: dict) -> Gpu:
     def text(key):
         value = values.get(key)
@@ -278,7 +284,7 @@ def _gpu_from_csv(number: int, values: dict, units: dict) -> Gpu:
         index=int(index) if index is not None and _INDEX.fullmatch(index) else number,
         name=text("name"),
         uuid=text("uuid"),
-        bus_id=text("pci.bus_id"),
+        bus_id=_csv_bus_id(text("pci.bus_id")),
         memory_total_mib=mib("memory.total"),
         memory_used_mib=mib("memory.used"),
         compute_cap=text("compute_cap"),
@@ -296,7 +302,8 @@ _CUDA = re.compile(r"CUDA(?: UMD)? Version:[ \t]*(\S+)")
 _PERSISTENCE = ("On", "Off", "N/A")
 # A PCI address, or N/A on an integrated GPU (Jetson Orin prints "| N/A   N/A |"
 # for Bus-Id and Disp.A), each followed by the white space before Disp.A.
-_BUS_ID = re.compile(r"(?:[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]|N/A)\s")
+_PCI_ADDRESS = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]"
+_BUS_ID = re.compile(r"(?:%s|N/A)\s" % _PCI_ADDRESS)
 # Bounded ASCII figures, each starting a digit run: linear on a run of digits.
 _MEMORY_CELL = re.compile(r"(?<![0-9])([0-9]{1,9})[ \t]*MiB[ \t]*/[ \t]*([0-9]{1,9})[ \t]*MiB")
 _BORDER = re.compile(r"^[|+][-=+|]+$")
