@@ -28,6 +28,9 @@ from ansible.module_utils.polling import PollArgumentError, validate_poll
 ROOT_CAUSE_WINDOW = 1000
 # The longest probe a socket accepts is about 9.2e9 s (OverflowError past it); a day is plenty.
 MAX_TIMEOUT_S = 86400
+# The most journal lines a failure message quotes: far more than a reason needs,
+# and a bound, so a count past what str() writes never reaches journalctl's argv.
+MAX_JOURNAL_LINES = 100000
 # The pause between two probes of a wait: /health and `systemctl show` take
 # milliseconds, so the first 200 is seen within about this much.
 POLL_S = 0.5
@@ -111,6 +114,8 @@ def validate_options(url: str, timeout: int, journal_lines: int, wait_s: float =
             f"timeout must be at most {MAX_TIMEOUT_S} seconds (a day), got {_shown(timeout)}")
     if isinstance(journal_lines, bool) or not isinstance(journal_lines, int) or journal_lines < 0:
         raise HealthArgumentError(f"journal_lines must be 0 or more, got {_shown(journal_lines)}")
+    if journal_lines > MAX_JOURNAL_LINES:
+        raise HealthArgumentError(f"journal_lines must be at most {MAX_JOURNAL_LINES}, got {_shown(journal_lines)}")
     try:
         validate_poll(wait_s, poll_s)
     except PollArgumentError as exc:

@@ -263,6 +263,15 @@ def test_journal_lines_that_are_no_count(journal_lines):
         health.validate_options("http://127.0.0.1:8000", 5, journal_lines)
 
 
+@pytest.mark.parametrize("journal_lines", [100001, 10 ** 5000], ids=["one-past", "huge"])
+def test_journal_lines_past_the_bound(journal_lines):
+    """A count str() cannot write (past 4,300 digits) once reached journalctl's argv as a
+    bare ValueError."""
+    with pytest.raises(health.HealthArgumentError, match="^journal_lines must be at most 100000, got "):
+        health.validate_options("http://127.0.0.1:8000", 5, journal_lines)
+    health.validate_options("http://127.0.0.1:8000", 5, 100000)
+
+
 def test_the_largest_timeout_and_a_fraction_are_accepted():
     for timeout in (health.MAX_TIMEOUT_S, 0.5, 1):
         health.validate_options("http://127.0.0.1:8000", timeout, 0)
