@@ -165,7 +165,9 @@ fault_host_start() {
   ensure_bridge
   start_host "$name"
   ip link set "veth-$name" up
+  ensure_link
   wait_ssh "$name"
+  netns_sysfs "$name"
   log "fault host-start $name: back, sshd answers ($(secs_since "$t0")s)"
 }
 

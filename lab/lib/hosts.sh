@@ -92,9 +92,11 @@ ensure_netns() {
 # unreachable route for the link's subnet, as a LAN host has no route to a Spark pair's cable: a
 # connection to a link address fails at once here and never leaves the machine.
 ensure_link() {
-  local a=${LAB_LINK_HOSTS[0]} b=${LAB_LINK_HOSTS[1]} h
+  local a=${LAB_LINK_HOSTS[0]} b=${LAB_LINK_HOSTS[1]} h names
   ip route replace unreachable "$LAB_LINK_NET.0/24"
-  ip netns list 2>/dev/null | grep -qw "^$a" && ip netns list 2>/dev/null | grep -qw "^$b" || return 0
+  # Read whole, then matched: `ip netns list | grep -q` fails under pipefail when grep stops early.
+  names=$(ip netns list 2>/dev/null | awk '{ print $1 }')
+  grep -qx "$a" <<<"$names" && grep -qx "$b" <<<"$names" || return 0
   if ! ip -n "$a" link show "$LAB_LINK_IF" >/dev/null 2>&1; then
     ip -n "$b" link del "$LAB_LINK_IF" 2>/dev/null || true
     ip link add "$LAB_LINK_IF" netns "$a" type veth peer name "$LAB_LINK_IF" netns "$b"
@@ -103,6 +105,19 @@ ensure_link() {
     ip -n "$h" addr replace "$(link_ip "$h")/24" dev "$LAB_LINK_IF"
     ip -n "$h" link set "$LAB_LINK_IF" up
   done
+}
+
+# The host's /sys/class/net as a real host's: nspawn's /sys is this machine's sysfs, which lists the
+# root namespace's interfaces (br-lab, veth-lab*), not the host's own eth0 and eth1. A sysfs mounted
+# from inside the host's netns lists its own; its class/net and devices/virtual/net (where those
+# entries point) are bound over nspawn's. Ansible's network facts and gpu_preflight_info read them.
+netns_sysfs() {
+  local name=$1
+  host_exec "$name" sh -c 'mountpoint -q /run/lab-sysfs && exit 0
+    mkdir -p /run/lab-sysfs && mount -t sysfs -o ro,nosuid,nodev,noexec lab-sysfs /run/lab-sysfs &&
+    mount --bind /run/lab-sysfs/class/net /sys/class/net &&
+    mount --bind /run/lab-sysfs/devices/virtual/net /sys/devices/virtual/net' ||
+    die "$name: could not mount a sysfs of its own network namespace"
 }
 
 # Identity that must differ per host, written into the host's own overlay layer.
@@ -209,6 +224,7 @@ cmd_up() {
   done
   ensure_link
   wait_ssh "${waitfor[@]}"
+  for name in "${waitfor[@]}"; do netns_sysfs "$name"; done
   log "up: ${todo[*]} ready in $(secs_since "$t0")s (ssh: lab/lab.sh ssh HOST; ansible: .venv/bin/ansible all -m ansible.builtin.ping)"
 }
 
