@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import importlib.util
 import ipaddress
+import os
 import re
+import shlex
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -524,6 +526,27 @@ def systemd_quote(arg):
     return '"' + "".join(_escape(c) for c in arg) + '"'
 
 
+def inventory_args(sources, config_file=None) -> str:
+    """The ``-i`` options that name ``sources`` (``ansible_inventory_sources``)
+    in a command the toolkit prints, so that a copied command reaches the
+    inventory of the run that printed it. A path inside the repository (the
+    directory of ``config_file``, its ansible.cfg, where the docs run every
+    command) is given relative to it, as the docs write it; any other as it
+    is. Quoted for a shell. No source: ``-i inventory/<site>``, to fill in."""
+    if isinstance(sources, (str, bytes)):
+        sources = [sources]
+    root = os.path.dirname(os.path.abspath(str(config_file))) if config_file else None
+    args = []
+    for source in sources or ():
+        source = str(source)
+        if root and "," not in source and os.path.isabs(source):
+            relative = os.path.relpath(source, root)
+            if relative != ".." and not relative.startswith(".." + os.sep):
+                source = relative
+        args.append("-i " + shlex.quote(source))
+    return " ".join(args) or "-i inventory/<site>"
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -538,4 +561,5 @@ class FilterModule:
             "gate_upstreams": gate_upstreams,
             "vllm_argv": vllm_argv,
             "systemd_quote": systemd_quote,
+            "inventory_args": inventory_args,
         }

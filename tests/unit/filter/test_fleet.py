@@ -47,12 +47,13 @@ ENGINE_KEYS = plugin.ENGINE_KEYS
 RETIRED = plugin.RETIRED
 vllm_argv = FILTERS["vllm_argv"]
 systemd_quote = FILTERS["systemd_quote"]
+inventory_args = FILTERS["inventory_args"]
 
 
 def test_filters_are_registered():
     assert set(FILTERS) == {"engine_peers", "engine_names", "engine_heads", "engine_records", "engine_rank",
                             "host_problems", "playbook_needs", "gate_url", "gate_upstreams", "vllm_argv",
-                            "systemd_quote"}
+                            "systemd_quote", "inventory_args"}
 
 
 # --- engine_peers / engine_names ------------------------------------------------------------
@@ -1275,6 +1276,36 @@ NEEDS = {"site.yml": ["consumers"], "gate-cutover.yml": ["consumers", "gate"]}
 ])
 def test_playbook_needs(playbooks, needs):
     assert playbook_needs(NEEDS, playbooks) == needs
+
+
+# --- inventory_args: the -i of a printed command -------------------------------------------------
+
+CFG = "/opt/vllm-fleet/ansible.cfg"
+
+
+@pytest.mark.parametrize("sources, config_file, args", [
+    # Inside the repository: relative to it, as the docs write it.
+    (["/opt/vllm-fleet/inventory/site/hosts.yml"], CFG, "-i inventory/site/hosts.yml"),
+    (["/opt/vllm-fleet/inventory/site"], CFG, "-i inventory/site"),
+    # Every source, in order.
+    (["/opt/vllm-fleet/inventory/a", "/opt/vllm-fleet/inventory/b"], CFG, "-i inventory/a -i inventory/b"),
+    # Outside it (a sibling whose name starts the same, too): as given.
+    (["/etc/ansible/hosts"], CFG, "-i /etc/ansible/hosts"),
+    (["/opt/vllm-fleet-site/hosts.yml"], CFG, "-i /opt/vllm-fleet-site/hosts.yml"),
+    (["/opt/..fleet/hosts.yml"], "/opt/vllm-fleet/ansible.cfg", "-i /opt/..fleet/hosts.yml"),
+    # A host list is no path; a space is quoted for the shell.
+    (["localhost,"], CFG, "-i localhost,"),
+    (["/srv/my site/hosts.yml"], CFG, "-i '/srv/my site/hosts.yml'"),
+    # No ansible.cfg: as given.
+    (["/opt/vllm-fleet/inventory/site"], None, "-i /opt/vllm-fleet/inventory/site"),
+    # One source as a string.
+    ("/opt/vllm-fleet/inventory/lab/hosts.yml", CFG, "-i inventory/lab/hosts.yml"),
+    # None known: a placeholder to fill in, never a command without -i.
+    ([], CFG, "-i inventory/<site>"),
+    (None, CFG, "-i inventory/<site>"),
+])
+def test_inventory_args(sources, config_file, args):
+    assert inventory_args(sources, config_file) == args
 
 
 def test_playbook_needs_reads_the_command_line(monkeypatch):
