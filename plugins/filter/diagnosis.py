@@ -33,13 +33,14 @@ def _logic():
     return _load("diagnosis", "vllm_fleet_diagnosis_logic")
 
 
-def engine_diagnosis(probe, kv=None, flags=None, context_tokens=None, engine=""):
-    """``vllm_prefill_probe`` + ``vllm_kv_cache_info`` + ``vllm_flags_info`` results -> the verdict dict."""
+def engine_diagnosis(probe, kv=None, flags=None, context_tokens=None, engine="", inventory_arg=""):
+    """``vllm_prefill_probe`` + ``vllm_kv_cache_info`` + ``vllm_flags_info`` results -> the verdict dict,
+    its advice's commands naming ``inventory_arg`` (vllm_fleet_inventory_arg)."""
     logic = _logic()
     try:
         # Anything but a mapping goes to diagnose as it is, which names what it needs.
         return logic.diagnose(dict(probe) if isinstance(probe, Mapping) else probe, kv, flags, context_tokens,
-                              engine)
+                              engine, inventory_arg)
     except logic.DiagnosisError as exc:
         raise AnsibleFilterError(str(exc)) from None
 

@@ -36,9 +36,12 @@ from ansible.module_utils.numeric import finite
 
 VERDICTS = ("healthy", "kv-bound", "preempting", "prefill-degraded", "wedged", "down", "inconclusive")
 PASSIVE_MARGIN = 1.5
-RESTART = "ansible-playbook playbooks/rolling-restart.yml"
+# The -i of the commands the advice names: the caller passes its run's
+# (vllm_fleet_inventory_arg); without one, a placeholder to fill in.
+INVENTORY_ARG = "-i inventory/<site>"
+RESTART = "ansible-playbook %s playbooks/rolling-restart.yml"
 RESTART_HINT = ("a restart cures this: %s restarts the engines that need it one at a time, drained, in "
-                "TP-group order, and records a new baseline (docs/restart.md)" % RESTART)
+                "TP-group order, and records a new baseline (docs/restart.md)")
 
 
 class DiagnosisError(ValueError):
@@ -61,8 +64,9 @@ def _max(*values: t.Any) -> t.Optional[float]:
 
 
 def diagnose(probe: t.Mapping, kv: t.Optional[t.Mapping] = None, flags: t.Optional[t.Mapping] = None,
-             context_tokens: t.Optional[int] = None, engine: str = "") -> dict:
-    """The verdict for one engine: {engine, verdict, summary, evidence, advice}."""
+             context_tokens: t.Optional[int] = None, engine: str = "", inventory_arg: str = INVENTORY_ARG) -> dict:
+    """The verdict for one engine: {engine, verdict, summary, evidence, advice}. The advice's
+    commands name ``inventory_arg`` (``-i <inventory>``)."""
     if not isinstance(probe, dict) or "verdict" not in probe:
         raise DiagnosisError("probe must be what vllm_prefill_probe returned (a dict with a verdict)")
     kv = kv if isinstance(kv, dict) else {}
@@ -97,6 +101,9 @@ def diagnose(probe: t.Mapping, kv: t.Optional[t.Mapping] = None, flags: t.Option
         "window_s": finite(passive.get("window_s")),
     }
     window = evidence["window_s"]
+    inventory_arg = inventory_arg or INVENTORY_ARG
+    restart = RESTART % inventory_arg
+    restart_hint = RESTART_HINT % restart
 
     def out(verdict: str, summary: str, *advice: str) -> dict:
         return {"engine": engine, "verdict": verdict, "summary": summary, "evidence": evidence,
@@ -105,15 +112,15 @@ def diagnose(probe: t.Mapping, kv: t.Optional[t.Mapping] = None, flags: t.Option
     if probe["verdict"] == "down":
         return out("down", "the engine does not answer: %s" % probe.get("reason", ""),
                    "check the unit on the head (systemctl status, journalctl) and the Ray workers; "
-                   "playbooks/engine.yml restarts the whole engine")
+                   "ansible-playbook %s playbooks/engine.yml restarts the whole engine" % inventory_arg)
     if probe.get("answered") is False:
         return out("wedged", probe.get("reason", ""),
                    "the engine is alive but stuck: restart it (%s); vLLM ends a step stuck past "
-                   "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (300 s) on its own, killing the engine" % RESTART)
+                   "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (300 s) on its own, killing the engine" % restart)
     running = evidence["running"] or 0
     if probe.get("busy") and running > 0 and passive.get("progress") is False:
         return out("wedged", "%d request(s) running but no token was computed in %s s" % (
-            running, window), "the engine is alive but stuck: restart it (%s)" % RESTART)
+            running, window), "the engine is alive but stuck: restart it (%s)" % restart)
     rose = evidence["preemptions_in_window"]
     if rose is not None and rose > 0:
         if flags.get("scheduler_reserve_full_isl") is False:
@@ -129,14 +136,14 @@ def diagnose(probe: t.Mapping, kv: t.Optional[t.Mapping] = None, flags: t.Option
                    % (rose, window), fix)
     if probe["verdict"] == "degraded":
         return out("prefill-degraded", "prefill %.2fx its baseline after %s of uptime" % (
-            evidence["ratio"] or 0, _duration(probe.get("uptime_s"))), RESTART_HINT)
+            evidence["ratio"] or 0, _duration(probe.get("uptime_s"))), restart_hint)
     threshold = _num(probe.get("threshold"))
     passive_ratio = _num(passive.get("ratio"))
     floor = (threshold or 0) * PASSIVE_MARGIN
     if passive_ratio is not None and threshold and passive_ratio >= floor:
         return out("prefill-degraded", "under load, prefill %.2fx its baseline per token (passive, over %s s) "
                    "after %s of uptime" % (passive_ratio, window, _duration(probe.get("uptime_s"))),
-                   RESTART_HINT)
+                   restart_hint)
     waiting = evidence["waiting"] or 0
     if waiting > 0 and _pool_full(pool, context, usage):
         sessions = evidence["full_context_sessions"]
@@ -148,8 +155,8 @@ def diagnose(probe: t.Mapping, kv: t.Optional[t.Mapping] = None, flags: t.Option
                    "(the gate spreads sessions over several)")
     if probe["verdict"] == "inconclusive" and not probe.get("busy"):
         return out("inconclusive", "the engine answers, but the prefill probe could not call it: %s"
-                   % probe.get("reason", ""), "record a baseline (playbooks/verify.yml right after a start) "
-                   "or probe again when the engine is quiet")
+                   % probe.get("reason", ""), "record a baseline (ansible-playbook %s playbooks/verify.yml right after "
+                   "a start) or probe again when the engine is quiet" % inventory_arg)
     if probe.get("busy"):
         return out("healthy", "busy but progressing: %d running, %d waiting, no preemptions; prefill judged "
                    "passively (%s)" % (running, waiting, "%.2fx the baseline" % passive_ratio

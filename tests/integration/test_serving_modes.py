@@ -101,6 +101,8 @@ def test_a_cutover_needs_an_explicit_confirmation(client, play):
     r = play("playbooks/gate-cutover.yml")
     assert r.rc != 0
     assert "Run it again with -e vllm_fleet_confirm=gate" in r.stdout
+    # The command to run names the inventory of the run that printed it.
+    assert said(r, "ansible-playbook -i inventory/lab/hosts.yml playbooks/gate-cutover.yml -e vllm_fleet_confirm=gate")
     assert endpoint_env() == before
 
 

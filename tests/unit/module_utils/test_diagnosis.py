@@ -127,19 +127,32 @@ def test_every_verdict_is_reached():
 
 
 @pytest.mark.parametrize("verdict, advice", [
-    ("down", "playbooks/engine.yml restarts the whole engine"),
-    ("prefill-degraded", d.RESTART_HINT),
+    ("down", "ansible-playbook -i inventory/<site> playbooks/engine.yml restarts the whole engine"),
+    ("prefill-degraded", "a restart cures this: ansible-playbook -i inventory/<site> playbooks/rolling-restart.yml"
+                         " restarts the engines that need it one at a time"),
     ("kv-bound", "expected with --scheduler-reserve-full-isl, not a fault"),
-    ("inconclusive", "record a baseline (playbooks/verify.yml right after a start)"),
+    ("inconclusive", "record a baseline (ansible-playbook -i inventory/<site> playbooks/verify.yml right after a"
+                     " start)"),
 ])
 def test_advice(verdict, advice):
     (probe, kv, flags) = next(c[1:4] for c in CASES if c[4] == verdict)
     assert advice in d.diagnose(probe, kv, flags, CONTEXT)["advice"][0]
 
 
+@pytest.mark.parametrize("verdict, command", [
+    ("down", "ansible-playbook -i inventory/lab/hosts.yml playbooks/engine.yml"),
+    ("prefill-degraded", "ansible-playbook -i inventory/lab/hosts.yml playbooks/rolling-restart.yml"),
+    ("inconclusive", "ansible-playbook -i inventory/lab/hosts.yml playbooks/verify.yml"),
+])
+def test_the_advice_names_the_inventory_it_is_given(verdict, command):
+    (probe, kv, flags) = next(c[1:4] for c in CASES if c[4] == verdict)
+    advice = d.diagnose(probe, kv, flags, CONTEXT, "e", "-i inventory/lab/hosts.yml")["advice"][0]
+    assert command in advice and "<site>" not in advice
+
+
 def test_wedged_advice_names_the_restart():
-    v = d.diagnose(quiet(verdict="inconclusive", answered=False))
-    assert d.RESTART in v["advice"][0]
+    v = d.diagnose(quiet(verdict="inconclusive", answered=False), inventory_arg="-i inventory/a")
+    assert "restart it (ansible-playbook -i inventory/a playbooks/rolling-restart.yml)" in v["advice"][0]
 
 
 # --- precedence: down > wedged > preempting > prefill-degraded > kv-bound > inconclusive > healthy ---
