@@ -300,7 +300,9 @@ def test_the_cron_entry_runs_the_restart_through_ansible_runner_and_an_overlap_e
     summary_file = tmp_path / "restart.log"
     schedule = {"restart_schedule_cron_file": str(cron_file), "restart_schedule_private_dir": str(private),
                 "restart_schedule_inventory": str(LAB_INVENTORY), "restart_schedule_summary_file": str(summary_file),
-                "restart_schedule_project_dir": str(REPO)}
+                "restart_schedule_project_dir": str(REPO),
+                # The lab's own inventory on purpose: refused without it (tests/unit/test_roles.py).
+                "vllm_fleet_allow_lab_schedule": True}
     assert play("playbooks/schedule-restart.yml", extravars=schedule).rc == 0
     again = play("playbooks/schedule-restart.yml", extravars=schedule)
     assert again.rc == 0 and again.changed() == {}, f"a second run changed {again.changed()}"

@@ -152,6 +152,42 @@ def test_a_bad_rrule_stops_before_any_call_to_awx(rrule, problem):
     assert awx.requests == []
 
 
+@pytest.mark.parametrize("path", ["inventory/lab/hosts.yml", "inventory/lab-two-engines/hosts.yml", "inventory/lab"])
+def test_the_labs_inventory_is_refused_before_any_call_to_awx(path):
+    """A schedule against the lab's inventory would restart the lab's hosts every
+    night: refused offline, with the commands to run, unless asked for."""
+    with FakeAWX(TOKEN) as awx:
+        result = play(awx, "-e", json.dumps({"awx_restart_inventory_path": path}))
+    assert result.returncode != 0, ran(result)
+    out = " ".join(result.stdout.split())
+    message = re.search(r"msg: '?(Nothing was changed: .*?)'? PLAY RECAP", out)
+    assert message, ran(result)
+    # The YAML callback quotes the message in single quotes, doubling the apostrophes.
+    assert message.group(1).replace("''", "'") == (
+        f'Nothing was changed: the schedule would run the rolling restart against the lab\'s inventory'
+        f' (awx_restart_inventory_path "{path}"). Set it to your site\'s in inventory/<site>/group_vars/all/,'
+        " then run ansible-playbook -i inventory/<site> playbooks/awx-restart.yml. To schedule against the lab"
+        " on purpose: ansible-playbook -i localhost, playbooks/awx-restart.yml -e vllm_fleet_allow_lab_schedule=true")
+    assert awx.requests == []
+
+
+def test_the_labs_inventory_is_scheduled_when_asked():
+    """-e vllm_fleet_allow_lab_schedule=true (a string from the command line) lets it through."""
+    with FakeAWX(TOKEN) as awx:
+        result = play(awx, "-e", json.dumps({"awx_restart_inventory_path": "inventory/lab/hosts.yml"}),
+                      "-e", "vllm_fleet_allow_lab_schedule=true")
+        assert result.returncode == 0, ran(result)
+        source = awx.one("inventory_sources")
+    assert source["source_path"] == "inventory/lab/hosts.yml"
+
+
+def test_a_site_inventory_named_like_the_lab_is_not_refused():
+    """Only inventory/lab and inventory/lab-*: a site whose name merely starts with lab is scheduled."""
+    with FakeAWX(TOKEN) as awx:
+        result = play(awx, "-e", json.dumps({"awx_restart_inventory_path": "inventory/laboratory/hosts.yml"}))
+        assert result.returncode == 0, ran(result)
+
+
 def test_check_mode_on_a_configured_awx_reads_but_never_writes(configured):
     """--check reports what would change (a new branch) and sends no write, but it
     still talks to AWX: every module looks its objects up with GETs."""
@@ -262,7 +298,8 @@ def test_a_rerun_keeps_a_credential_added_by_hand_and_changes_nothing(credential
     assert run.names == ["vllm-fleet hosts", "vault by hand"]
     out = " ".join(run.result.stdout.split())
     assert 'though the inventory does not declare them: "vault by hand".' in out, ran(run.result)
-    assert "ansible-playbook -i inventory/<site> playbooks/awx-restart.yml" in out
+    # The command to run again names this run's inventory (-i localhost, here).
+    assert "then run ansible-playbook -i localhost, playbooks/awx-restart.yml." in out
 
 
 def test_a_declared_credential_is_added_and_a_second_run_changes_nothing(credentials):

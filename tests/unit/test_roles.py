@@ -215,3 +215,47 @@ def test_a_missing_vault_secret_gets_the_gate_roles_own_message(tmp_path):
     assert "gate_service_admin_token is unset or shorter than 16 characters" in r.stdout, r.stdout[-2000:]
     assert "group_vars/gate/vault.yml" in r.stdout
     assert "undefined" not in r.stdout.lower().split("gate_service_admin_token is unset")[0][-400:]
+
+
+def _schedule_preflight(tmp_path: Path, *extra: str):
+    """restart_schedule's preflight alone, on localhost, scheduling against the lab's inventory."""
+    import os
+    import subprocess
+
+    playbook = tmp_path / "pb.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "name": "Schedule preflight", "hosts": "localhost", "gather_facts": False,
+        "roles": [{"role": "vllm_fleet_defaults"}],
+        "vars": {"restart_schedule_inventory": str(REPO / "inventory" / "lab" / "hosts.yml"),
+                 "restart_schedule_project_dir": str(REPO), "restart_schedule_venv": str(REPO / ".venv"),
+                 "restart_schedule_private_dir": str(tmp_path / "runner")},
+        "tasks": [{"name": "Preflight",
+                   "ansible.builtin.include_role": {"name": "restart_schedule", "tasks_from": "preflight.yml"}}],
+    }]))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_ROLES_PATH=str(ROLES))
+    return subprocess.run([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                           "-e", f"ansible_python_interpreter={sys.executable}", str(playbook), *extra],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_a_schedule_against_the_lab_is_refused_with_the_commands_to_run(tmp_path):
+    """A cron entry against the lab's inventory would restart the lab's hosts every
+    night: refused before anything is written, with the commands that name an inventory."""
+    r = _schedule_preflight(tmp_path)
+    assert r.returncode != 0
+    out = " ".join(r.stdout.split())
+    assert (
+        "Nothing was changed: the entry would run the rolling restart every night against the lab's inventory"
+        f" ({REPO}/inventory/lab/hosts.yml). Schedule it with your site's:"
+        " ansible-playbook -i inventory/<site> playbooks/schedule-restart.yml. To schedule against the lab on"
+        " purpose (its own tests do):"
+        " ansible-playbook -i localhost, playbooks/schedule-restart.yml -e vllm_fleet_allow_lab_schedule=true"
+    ) in out, r.stdout[-3000:]
+    assert not (tmp_path / "runner").exists()
+
+
+def test_a_schedule_against_the_lab_passes_the_preflight_when_asked(tmp_path):
+    r = _schedule_preflight(tmp_path, "-e", "vllm_fleet_allow_lab_schedule=true")
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert "Nothing was changed" not in r.stdout
+
