@@ -102,7 +102,7 @@ molecule: $(STAMP) lab-deps lab-up ## Every role's molecule scenario on the lab 
 	VLLM_FLEET_LAB=1 $(BIN)/python -m pytest -q tests/integration/test_molecule.py
 
 demo: $(STAMP) lab-deps lab-up ## Build the lab, run site.yml on it, print the report
-	$(BIN)/ansible-playbook site.yml
+	$(BIN)/ansible-playbook -i inventory/lab site.yml
 
 bench: $(STAMP) ## Benchmarks (not part of test); see docs/benchmarks.md
 	$(BIN)/python bench/kv_cache_parse.py

@@ -31,7 +31,7 @@ def run_site(profile: bool, extra: list[str] | None = None) -> tuple[float, str]
         env["ANSIBLE_CALLBACKS_ENABLED"] = "ansible.posix.profile_tasks"
         env["PROFILE_TASKS_TASK_OUTPUT_LIMIT"] = "15"
     start = time.monotonic()
-    r = subprocess.run([PLAYBOOK, "-v", "site.yml", *(extra or [])], cwd=REPO, env=env, capture_output=True, text=True)
+    r = subprocess.run([PLAYBOOK, "-v", "-i", "inventory/lab", "site.yml", *(extra or [])], cwd=REPO, env=env, capture_output=True, text=True)
     took = time.monotonic() - start
     if r.returncode != 0:
         sys.exit(f"site.yml failed (rc={r.returncode}):\n{r.stdout[-3000:]}")

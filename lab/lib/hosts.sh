@@ -225,7 +225,7 @@ cmd_up() {
   ensure_link
   wait_ssh "${waitfor[@]}"
   for name in "${waitfor[@]}"; do netns_sysfs "$name"; done
-  log "up: ${todo[*]} ready in $(secs_since "$t0")s (ssh: lab/lab.sh ssh HOST; ansible: .venv/bin/ansible all -m ansible.builtin.ping)"
+  log "up: ${todo[*]} ready in $(secs_since "$t0")s (ssh: lab/lab.sh ssh HOST; ansible: .venv/bin/ansible all -i inventory/lab -m ansible.builtin.ping)"
 }
 
 # ---- down ----------------------------------------------------------------------------------------

@@ -4,6 +4,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -50,3 +52,47 @@ def test_ansible_cfg_names_only_paths_that_exist():
         if value:
             for path in value.split(":"):
                 assert (REPO / path).exists(), f"ansible.cfg {key} = {path}, which does not exist"
+
+
+def test_ansible_cfg_sets_no_default_inventory():
+    """A command without -i reaches no host, never the lab's (README.md, "The inventory in every command")."""
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "ansible.cfg")
+    assert "inventory" not in cfg["defaults"], "ansible.cfg must not set a default inventory"
+
+
+# Where the docs and the toolkit show commands: the docs, the playbooks' header
+# comments, the Makefile, the lab's scripts and the benchmarks.
+COMMAND_FILES = sorted({REPO / "README.md", REPO / "Makefile", REPO / "lab" / "lab.mk",
+                        REPO / "lab" / "README.md", REPO / "inventory" / "example" / "README.md",
+                        *(REPO / "docs").glob("*.md"), REPO / "site.yml", *(REPO / "playbooks").glob("*.yml"),
+                        *(REPO / "lab" / "playbooks").glob("*.yml"), *(REPO / "lab" / "lib").glob("*.sh"),
+                        *(REPO / "bench").glob("*.py")})
+# ansible-playbook up to its first playbook (within one code span or line, over
+# backslash-newlines and comment continuations); ansible with a host pattern
+# (localhost needs none: the modules run on the controller).
+PLAYBOOK_COMMAND = re.compile(r"ansible-playbook\"?,?(?:[\s#]+[^\s`|#\"]+){0,8}?[\s#]+\"?[^\s`|#\"]*\.yml\b")
+AD_HOC_COMMAND = re.compile(r"\bansible (all|lab\d|vllm_engines|gate|consumers)\b[^`\n]*")
+
+
+def _commands(text: str) -> list[str]:
+    text = text.replace("\\\n", " ")
+    return [m.group(0) for m in PLAYBOOK_COMMAND.finditer(text)] + [m.group(0) for m in AD_HOC_COMMAND.finditer(text)]
+
+
+def test_the_command_pattern_finds_commands():
+    assert _commands("run `ansible-playbook playbooks/verify.yml` now") == ["ansible-playbook playbooks/verify.yml"]
+    assert _commands("#   ansible-playbook -i inventory/<site> \\\n#     playbooks/x.yml") != []
+    assert _commands("$(BIN)/ansible-playbook site.yml") == ["ansible-playbook site.yml"]
+    assert _commands('[PLAYBOOK, "-v", "site.yml"]') == []
+    assert _commands("`ansible-playbook`'s process group, `rolling-restart.yml`") == []
+    assert _commands(".venv/bin/ansible all -m ansible.builtin.ping") == ["ansible all -m ansible.builtin.ping"]
+
+
+@pytest.mark.parametrize("path", COMMAND_FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_command_shown_names_its_inventory(path):
+    """ansible.cfg has no default inventory: a command shown without -i reaches no host."""
+    missing = [c for c in _commands(path.read_text()) if not re.search(r"(^|\s)(-i|--inventory)\s", c)]
+    assert missing == [], f"{path.relative_to(REPO)}: commands without -i inventory/<site> (or inventory/lab)"
