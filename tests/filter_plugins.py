@@ -2,6 +2,7 @@
 the filter tests)."""
 from __future__ import annotations
 
+import ast
 import importlib.util
 from pathlib import Path
 
@@ -24,3 +25,13 @@ def load_filters(stem: str) -> dict:
     spec.loader.exec_module(plugin)
     _mu_internal.is_controller = was_controller
     return plugin.FilterModule().filters()
+
+
+def top_level_imports(path: Path) -> set:
+    """The top-level package of every import in a Python file: a module_utils file that
+    a filter loads by path, outside ansible.module_utils, may import the standard library only."""
+    tree = ast.parse(Path(path).read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    return imported | {node.module.split(".")[0] for node in ast.walk(tree)
+                       if isinstance(node, ast.ImportFrom) and node.module}

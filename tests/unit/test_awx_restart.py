@@ -50,6 +50,15 @@ def ran(result: subprocess.CompletedProcess) -> str:
     return "rc %d\n%s\n%s" % (result.returncode, result.stdout[-4000:], result.stderr[-2000:])
 
 
+def refusal(result: subprocess.CompletedProcess) -> str:
+    """The preflight's "Nothing was changed: ..." message of a failed run."""
+    assert result.returncode != 0, ran(result)
+    message = re.search(r"msg: '?(Nothing was changed: .*?)'? PLAY RECAP", " ".join(result.stdout.split()))
+    assert message, ran(result)
+    # The YAML callback quotes the message in single quotes, doubling the apostrophes.
+    return message.group(1).replace("''", "'")
+
+
 @pytest.fixture(scope="module")
 def configured():
     """A fake AWX that the playbook configured, then a second run with the same input."""
@@ -144,11 +153,8 @@ def test_a_bad_rrule_stops_before_any_call_to_awx(rrule, problem):
     preflight refuses it first, offline, and says nothing was changed."""
     with FakeAWX(TOKEN) as awx:
         result = play(awx, "-e", json.dumps({"awx_restart_rrule": rrule}))
-    assert result.returncode != 0, ran(result)
-    out = " ".join(result.stdout.split())
-    message = re.search(r"msg: '?(Nothing was changed: .*?)'? PLAY RECAP", out)
-    assert message, ran(result)
-    assert problem in message.group(1)
+    message = refusal(result)
+    assert problem in message
     assert awx.requests == []
 
 
@@ -158,12 +164,8 @@ def test_the_labs_inventory_is_refused_before_any_call_to_awx(path):
     night: refused offline, with the commands to run, unless asked for."""
     with FakeAWX(TOKEN) as awx:
         result = play(awx, "-e", json.dumps({"awx_restart_inventory_path": path}))
-    assert result.returncode != 0, ran(result)
-    out = " ".join(result.stdout.split())
-    message = re.search(r"msg: '?(Nothing was changed: .*?)'? PLAY RECAP", out)
-    assert message, ran(result)
-    # The YAML callback quotes the message in single quotes, doubling the apostrophes.
-    assert message.group(1).replace("''", "'") == (
+    message = refusal(result)
+    assert message == (
         f'Nothing was changed: the schedule would run the rolling restart against the lab\'s inventory'
         f' (awx_restart_inventory_path "{path}"). Set it to your site\'s in inventory/<site>/group_vars/all/,'
         " then run ansible-playbook -i inventory/<site> playbooks/awx-restart.yml. To schedule against the lab"

@@ -1,12 +1,12 @@
 """Tests for plugins/module_utils/versions.py."""
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
 
 from ansible.module_utils.versions import release_tuple, version_at_least, version_from_output, version_tuple
+from filter_plugins import top_level_imports
 
 VERSIONS_PY = Path(__file__).resolve().parents[3] / "plugins" / "module_utils" / "versions.py"
 
@@ -55,9 +55,4 @@ def test_version_tuple_refuses(text):
 
 def test_standard_library_only():
     # the gpu_preflight filter loads this file by path, outside ansible.module_utils
-    tree = ast.parse(VERSIONS_PY.read_text())
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                for alias in node.names}
-    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
-                 if isinstance(node, ast.ImportFrom) and node.module}
-    assert imported <= {"__future__", "re"}
+    assert top_level_imports(VERSIONS_PY) <= {"__future__", "re"}

@@ -229,21 +229,27 @@ def test_logged_requests_never_change_the_pool_nor_the_boot(path, shape):
         assert got == want, (at, shape)
 
 
-@settings(max_examples=300)
-@given(st.sampled_from(LOGS), st.sampled_from(SHAPES), st.sampled_from(LOOK_ALIKES), st.floats(0, 1))
-def test_one_logged_request_anywhere_changes_nothing(path, shape, look_alike, where):
+def assert_one_request_changes_nothing(path, shape, look_alike, where):
+    """A request-logger line quoting ``look_alike`` in ``shape``, put in the log at
+    ``path`` among its vLLM lines (``where``: 0..1 of the way), changes nothing read."""
     if not quotable(shape, look_alike):
         return
     text = path.read_text(encoding="utf-8", errors="replace")
     formatted = _formatted_from(text)
     rows = len(text.splitlines())
     if formatted < 0:
-        at = rows
         if "{q}" not in shape:
             return
+        at = rows
     else:
         at = formatted + 1 + int((rows - formatted - 1) * where)
     assert outcome(scan(insert(text, at, [request_line(shape, look_alike)]))) == outcome(scan(text))
+
+
+@settings(max_examples=300)
+@given(st.sampled_from(LOGS), st.sampled_from(SHAPES), st.sampled_from(LOOK_ALIKES), st.floats(0, 1))
+def test_one_logged_request_anywhere_changes_nothing(path, shape, look_alike, where):
+    assert_one_request_changes_nothing(path, shape, look_alike, where)
 
 
 @settings(max_examples=200)
@@ -330,18 +336,7 @@ def test_an_elided_line_quoted_anywhere_changes_nothing(look_alike, shape, path,
     """Read where a real line would be, and nowhere else: quoted by the request
     logger, after a traceback's words, or as a line without vLLM's prefix in a
     log that has it (the WHOLE shape copies the prefix: that is a real line)."""
-    if not quotable(shape, look_alike):
-        return
-    text = path.read_text(encoding="utf-8", errors="replace")
-    formatted = _formatted_from(text)
-    rows = len(text.splitlines())
-    if formatted < 0:
-        if "{q}" not in shape:
-            return
-        at = rows
-    else:
-        at = formatted + 1 + int((rows - formatted - 1) * where)
-    assert outcome(scan(insert(text, at, [request_line(shape, look_alike)]))) == outcome(scan(text))
+    assert_one_request_changes_nothing(path, shape, look_alike, where)
 
 
 def test_the_stamp_elided_shape_from_the_issue_is_read():
