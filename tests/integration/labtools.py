@@ -129,9 +129,26 @@ def start_playbook(playbook: str, *args: str, out: Path, inventory: Path = LAB_I
                                 env={**os.environ, **play_env()})
 
 
-def interrupt(run: subprocess.Popen) -> None:
-    """Ctrl-C: SIGINT to the playbook's whole process group."""
-    os.killpg(run.pid, signal.SIGINT)
+def interrupt(run: subprocess.Popen, grace: float = 10.0, presses: int = 3) -> int:
+    """Ctrl-C: SIGINT to the playbook's whole process group, pressed again, as an operator
+    would, while the run is still going ``grace`` seconds later; returns the presses it took.
+    ansible-playbook (core 2.19) can lose a first Ctrl-C: seen once in CI, the run went on to
+    its end and exited 0. Its handler re-arms SIGINT's default before it raises, so a second
+    press stops the run for certain (killed by SIGINT, without the "User interrupted" line)."""
+    for press in range(1, presses + 1):
+        os.killpg(run.pid, signal.SIGINT)
+        try:
+            run.wait(timeout=grace)
+            return press
+        except subprocess.TimeoutExpired:
+            continue
+    return presses
+
+
+def was_interrupted(rc: int, text: str) -> bool:
+    """Whether a run stopped by ``interrupt`` ended as an interrupted run does: Ansible's own
+    exit (99, "User interrupted execution") or, after a second press, killed by SIGINT."""
+    return (rc != 0 and "User interrupted execution" in text) or rc == -signal.SIGINT
 
 
 def finish(run: subprocess.Popen, timeout: float = 900) -> int:
