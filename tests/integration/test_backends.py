@@ -76,6 +76,10 @@ def test_the_mp_backend_serves_tp2_across_two_hosts_and_reserve_off_is_refused_a
         "the master port (torch's store on every address) is not reset for the service network"
     client = openai.OpenAI(base_url=BASE_URL + "/v1", api_key=engine_key(), timeout=60, max_retries=0)
     assert client.completions.create(model="tiny", prompt="ping", max_tokens=1).usage.completion_tokens == 1
+    # The lab's keys again after the keyless two engines (test_restart.py): the placeholder is refused.
+    keyless = openai.OpenAI(base_url=BASE_URL + "/v1", api_key="EMPTY", timeout=60, max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        keyless.completions.create(model="tiny", prompt="ping", max_tokens=1)
 
     before = scrape()
     with Sessions(3) as s:

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from labtools import engine_key, invocation, lab_args, lab_sh, on_host, said, stop_engines
+from test_serving_modes import an_application_from_the_endpoint_file, consumer_endpoint
 
 BASE_URL = "http://10.200.0.11:8000"
 SMALL_POOL = lab_args(num_gpu_blocks_override=37, max_num_batched_tokens=512)
@@ -217,6 +218,11 @@ def test_a_wedged_engine_reads_wedged_fails_readiness_and_verify_and_the_restart
 
     client = openai.OpenAI(base_url=BASE_URL + "/v1", api_key=engine_key(), timeout=60, max_retries=0)
     assert client.completions.create(model="tiny", prompt="ping", max_tokens=1).usage.completion_tokens == 1
+    # The lab's keys again after test_restart.py's keyless site: the restart moved the consumers
+    # to the fallback and back, and their file holds the engine's key once more; an application
+    # configured from the file alone is served.
+    assert consumer_endpoint()[2] == engine_key()
+    assert an_application_from_the_endpoint_file() == "1"
 
 
 def test_slow_prefill_reads_degraded(play, tmp_path):

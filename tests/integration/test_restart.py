@@ -23,7 +23,8 @@ import pytest
 
 from labtools import (LAB_INVENTORY, REPO, files_holding, finish, interrupt, lab_sh, on_host, restart, said,
                       secret_values, start_playbook, stop_engines, was_interrupted)
-from test_serving_modes import CLIENT, client_records, endpoint_env, now_ts, summary, wait_for
+from test_serving_modes import (CLIENT, an_application_from_the_endpoint_file, client_records, consumer_endpoint,
+                                endpoint_env, now_ts, summary, wait_for)
 
 pytestmark = pytest.mark.lab
 
@@ -359,6 +360,11 @@ def test_two_engines_restart_one_after_the_other_with_zero_failed_requests(clien
         ("engine_b", "restarted", "none"), ("engine_a", "restarted", "repoint")], report
     assert said(r, "the consumers use engine_b while it restarts")
     back_on_the_engine_with_nothing_lost(since, via=ENGINE_B_URL, what="answers from engine_a again")
+    # A keyless site (inventory/lab-two-engines sets no API key): the consumers' file names vLLM's
+    # placeholder, and the official client configured from the file alone is served (without it,
+    # the client refused to start: "Missing credentials"). test_diagnose.py proves the keys again.
+    assert consumer_endpoint()[2] == "EMPTY"
+    assert an_application_from_the_endpoint_file() == "1"
 
 
 def test_two_engines_in_gate_mode_the_gate_drains_the_one_that_restarts(client, play, tmp_path):

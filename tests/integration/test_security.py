@@ -4,7 +4,9 @@ The lab sets every key (inventory/lab/group_vars/all/secrets.yml: the
 engines' API key, the gate's client key, the gate's admin token) and every
 earlier lab phase ran with them: site.yml, both cutovers, every role's
 molecule scenario, the rolling restarts (the cron path through ansible-runner
-checks its own private dir), the diagnosis. Here everything those runs wrote
+checks its own private dir), the diagnosis. (The two one-host engines of
+test_restart.py are the keyless site: only the admin token is set there, and
+the engines and the consumers' file have their keys again by this phase.) Here everything those runs wrote
 is searched for the values: each ansible-runner private dir (stdout,
 job_events with every task's result, the command file with the whole
 environment), the reports, and on every lab host the whole journal and the

@@ -12,12 +12,16 @@ its molecule scenario's verify runs here, on the gate that cutover started
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from datetime import datetime, timezone
 
 import pytest
 
-from labtools import files_holding, finish, interrupt, was_interrupted, lab_sh, restart, said, secret_values, start_playbook
+from labtools import (files_holding, finish, interrupt, lab_sh, restart, said, secret_values, start_playbook,
+                      was_interrupted)
 from openai_suite import run_suite
 from test_molecule import RAN_THERE, assert_scenario_passed, molecule_test
 
@@ -51,10 +55,33 @@ def endpoint_env() -> str:
     return on_host("lab3", "cat /etc/vllm-fleet/endpoint.env")
 
 
+def endpoint_variables() -> dict[str, str]:
+    """The consumers' endpoint file as an application loads it into its environment."""
+    return dict(line.split("=", 1) for line in endpoint_env().splitlines() if "=" in line and not line.startswith("#"))
+
+
 def consumer_endpoint() -> tuple[str, str, str | None]:
     """The base URL, model and API key the consumers are pointed at now."""
-    env = dict(line.split("=", 1) for line in endpoint_env().splitlines() if "=" in line and not line.startswith("#"))
+    env = endpoint_variables()
     return env["OPENAI_BASE_URL"], env["OPENAI_MODEL"], env.get("OPENAI_API_KEY")
+
+
+# An application configured from the endpoint file alone: the official client reads
+# OPENAI_BASE_URL and OPENAI_API_KEY from its environment, the model comes from OPENAI_MODEL.
+APPLICATION = ("import os, openai\n"
+               "client = openai.OpenAI(timeout=60, max_retries=0)\n"
+               "answer = client.completions.create(model=os.environ['OPENAI_MODEL'], prompt='ping', max_tokens=1)\n"
+               "print(answer.usage.completion_tokens)\n")
+
+
+def an_application_from_the_endpoint_file() -> str:
+    """Run the official openai client with the consumers' endpoint file as its only
+    configuration (no key, URL or model of the test's own); return what it printed: "1"
+    when the endpoint served it, else its error (which never holds the key)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    env.update(endpoint_variables())
+    out = subprocess.run([sys.executable, "-c", APPLICATION], env=env, capture_output=True, text=True, timeout=120)
+    return out.stdout.strip() if out.returncode == 0 else (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
 
 
 def gate_health() -> str:
