@@ -437,11 +437,12 @@ def gate_url(hosts, hostvars) -> str:
     return f"http://{host}:{_get(hv, 'gate_service_port')}"
 
 
-def gate_upstreams(pairs, kv_overrides=None):
+def gate_upstreams(pairs, kv_overrides=None, inventory_arg=""):
     """The gate's upstreams from (engine record, vllm_kv_cache_info result)
     pairs: each engine's URL, its KV pool (an override by engine name wins)
     and the context it serves as logged at boot, the figure vllm_verify
-    checks against the inventory."""
+    checks against the inventory. ``inventory_arg`` (vllm_fleet_inventory_arg)
+    goes into the command a failure names."""
     upstreams = []
     for record, kv in pairs or []:
         kv = kv or {}
@@ -449,7 +450,8 @@ def gate_upstreams(pairs, kv_overrides=None):
         if tokens is None:
             raise AnsibleFilterError(
                 f"engine {record['name']}: no KV pool in the boot log of {record['unit']} on {record['head']}"
-                f" ({kv.get('msg') or 'not found'}); start the engine with site.yml, or set"
+                f" ({kv.get('msg') or 'not found'}); start the engine"
+                f" ({' '.join(p for p in ('ansible-playbook', text(inventory_arg or '').strip(), 'site.yml') if p)}), or set"
                 f" gate_service_kv_cache_tokens for it")
         context = kv.get("concurrency_tokens") or record.get("context_tokens")
         if _positive(tokens) is None or _positive(context) is None:

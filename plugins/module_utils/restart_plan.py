@@ -48,16 +48,25 @@ MODES = ("direct", "gate")
 CURED = ("prefill-degraded", "wedged", "down")
 NOT_SERVING = ("down", "wedged")
 ACCEPT = "-e restart_accept_outage=true"
+PLAYBOOK = "playbooks/rolling-restart.yml"
 
-# Why a when-degraded run leaves an engine alone, by verdict.
+# Why a when-degraded run leaves an engine alone, by verdict; {run} is a command
+# line with the run's own inventory (command()).
 _SKIP = {
     "healthy": "healthy: nothing to cure",
     "kv-bound": ("kv-bound: the pool is full and the engine queues the excess, as it should; a restart frees "
                  "nothing that finishing sessions would not"),
     "preempting": ("preempting: the running flags make it preempt, and a restart keeps them; fix the flags "
-                   "(playbooks/diagnose.yml says which) and run playbooks/engine.yml"),
-    "inconclusive": "inconclusive is not degraded, so it is not restarted; -e restart_policy=always restarts anyway",
+                   "({diagnose} says which) and run {engine}"),
+    "inconclusive": "inconclusive is not degraded, so it is not restarted; {always} restarts anyway",
 }
+
+
+def command(inventory_arg: t.Any, playbook: str, *options: str) -> str:
+    """An ansible-playbook command line the operator can copy: the run's own inventory
+    options (vllm_fleet_inventory_arg, '' for none) before the playbook."""
+    arg = inventory_arg.strip() if isinstance(inventory_arg, str) else ""
+    return " ".join(part for part in ("ansible-playbook", arg, playbook, *options) if part)
 
 
 class PlanError(ValueError):
@@ -92,18 +101,21 @@ def _verdict(verdicts: t.Mapping, name: str) -> dict:
     return v
 
 
-def _why_restart(policy: str, verdict: str, summary: str) -> t.Tuple[bool, str]:
+def _why_restart(policy: str, verdict: str, summary: str, inventory_arg: str = "") -> t.Tuple[bool, str]:
     if policy == "always":
         return True, "restart_policy=always (diagnosed %s)" % verdict
     if verdict in CURED:
         return True, "%s: %s" % (verdict, summary) if summary else verdict
-    return False, _SKIP.get(verdict, "%s: not something a restart cures" % verdict)
+    why = _SKIP.get(verdict, "%s: not something a restart cures" % verdict)
+    return False, why.format(diagnose=command(inventory_arg, "playbooks/diagnose.yml"),
+                             engine=command(inventory_arg, "playbooks/engine.yml"),
+                             always=command(inventory_arg, PLAYBOOK, "-e restart_policy=always"))
 
 
 def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accept_outage: t.Any = False,
          mode: t.Any = "direct", consumer_url: t.Any = "", fallback_url: t.Any = "",
          gate: t.Optional[t.Mapping] = None, expected_restart_s: t.Any = 120, hold_margin_s: t.Any = 30,
-         consumers_at: t.Any = None, only: t.Any = None) -> dict:
+         consumers_at: t.Any = None, only: t.Any = None, inventory_arg: t.Any = "") -> dict:
     """The restart plan: {policy, mode, engines, hosts, batches, fed, back, undrain, left, refused}.
 
     ``consumer_url`` is the OpenAI base URL the consumers use in direct mode
@@ -116,6 +128,9 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
 
     ``only`` (restart_engines) names the engines this run may restart; the
     others are skipped, whatever they read. Empty or None: every engine.
+
+    ``inventory_arg`` (vllm_fleet_inventory_arg) is the run's own -i options:
+    every command the plan's reasons and refusals name carries it.
 
     What a stopped run (interrupted, killed) left behind is put right here:
     ``consumers_at`` lists the base URLs the direct-mode consumers recorded;
@@ -146,7 +161,7 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
     rows = []
     for e in records:
         v = _verdict(verdicts, e["name"])
-        restart, reason = _why_restart(policy, v["verdict"], str(v.get("summary") or ""))
+        restart, reason = _why_restart(policy, v["verdict"], str(v.get("summary") or ""), inventory_arg)
         if named and e["name"] not in named:
             restart, reason = False, "not named in restart_engines"
         rows.append({"name": e["name"], "head": e.get("head", e["hosts"][0]), "hosts": list(e["hosts"]),
@@ -165,7 +180,7 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
     for r in order:
         others = [o for o in rows if o["name"] != r["name"] and (o["serving"] or o["name"] in restarted)]
         r["drain"] = _drain(r, others, mode, consumer_url, fed(r), fallback_url, limits, expected, margin, accept,
-                            refused)
+                            refused, command(inventory_arg, PLAYBOOK, ACCEPT))
         restarted.append(r["name"])
     batched = [r for r in order if not fed(r)]
     last = next((r for r in order if fed(r)), None)
@@ -246,7 +261,8 @@ def _same_url(a: str, b: str) -> bool:
 
 
 def _drain(r: dict, others: t.List[dict], mode: str, consumer_url: str, is_fed: bool, fallback_url: str,
-           limits: t.List[float], expected: float, margin: float, accept: bool, refused: t.List[str]) -> dict:
+           limits: t.List[float], expected: float, margin: float, accept: bool, refused: t.List[str],
+           accept_with: str) -> dict:
     name = r["name"]
     if mode == "gate":
         if not r["serving"]:
@@ -268,7 +284,7 @@ def _drain(r: dict, others: t.List[dict], mode: str, consumer_url: str, is_fed: 
             "engine %s is the only serving engine, and holding the gate for its restart (%g s + %g s margin) "
             "would outlast the gate's queue timeout or longest hold (%g s), so queued requests would fail. "
             "Raise gate_service_queue_timeout_s and gate_service_max_hold_s, lower restart_expected_s if the "
-            "restart is faster, or accept the outage with %s" % (name, expected, margin, limit, ACCEPT))
+            "restart is faster, or accept the outage: %s" % (name, expected, margin, limit, accept_with))
         return {"kind": "refused", "why": "the hold would outlast the gate's limit"}
     if not consumer_url:
         return {"kind": "none", "why": "no consumer host in the inventory"}
@@ -287,7 +303,7 @@ def _drain(r: dict, others: t.List[dict], mode: str, consumer_url: str, is_fed: 
     refused.append(
         "engine %s is the only serving engine and its consumers talk to it directly: they would get errors "
         "for the whole restart. Name a fallback endpoint (vllm_fleet_fallback_url), or accept the outage "
-        "with %s" % (name, ACCEPT))
+        "with: %s" % (name, accept_with))
     return {"kind": "refused", "why": "an outage nobody accepted"}
 
 

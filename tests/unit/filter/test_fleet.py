@@ -748,10 +748,16 @@ def test_gate_upstreams_from_the_records():
 ])
 def test_gate_upstreams_without_a_kv_pool(kv, overrides, why):
     with pytest.raises(AnsibleFilterError) as err:
-        gate_upstreams([(REC_B, KV_B), (REC_LAB, kv)], overrides)
+        gate_upstreams([(REC_B, KV_B), (REC_LAB, kv)], overrides, "-i inventory/site")
     assert err.value.message == (
         f"engine engine_lab: no KV pool in the boot log of vllm.service on lab1 ({why});"
-        " start the engine with site.yml, or set gate_service_kv_cache_tokens for it")
+        " start the engine (ansible-playbook -i inventory/site site.yml), or set gate_service_kv_cache_tokens"
+        " for it")
+
+
+def test_gate_upstreams_advice_without_an_inventory_arg_has_no_gap():
+    with pytest.raises(AnsibleFilterError, match=r"\(ansible-playbook site.yml\)"):
+        gate_upstreams([(REC_LAB, {})])
 
 
 def test_the_advice_names_a_playbook_that_exists():

@@ -638,3 +638,27 @@ def test_restart_engines_refuses_what_is_not_an_engine(only, message):
     with pytest.raises(PlanError) as exc:
         rp.plan([E1, E2], {"e1": v("healthy"), "e2": v("healthy")}, only=only)
     assert message in str(exc.value)
+
+
+@pytest.mark.parametrize("verdict, expected", [
+    ("preempting", "fix the flags (ansible-playbook -i inventory/site playbooks/diagnose.yml says which) and run"
+                   " ansible-playbook -i inventory/site playbooks/engine.yml"),
+    ("inconclusive", "ansible-playbook -i inventory/site playbooks/rolling-restart.yml -e restart_policy=always"
+                     " restarts anyway"),
+])
+def test_the_reasons_name_commands_with_the_runs_inventory(verdict, expected):
+    p = rp.plan([E1], {"e1": v(verdict)}, inventory_arg="-i inventory/site")
+    assert expected in p["engines"][0]["reason"]
+
+
+def test_a_refusal_names_the_accepting_command_with_the_runs_inventory():
+    p = rp.plan([E1], {"e1": v("prefill-degraded")}, consumer_url=URL1, inventory_arg="-i inventory/site")
+    (msg,) = p["refused"]
+    assert msg.endswith("accept the outage with: ansible-playbook -i inventory/site"
+                        " playbooks/rolling-restart.yml -e restart_accept_outage=true")
+
+
+@pytest.mark.parametrize("inventory_arg", ["", None, 3, "  "])
+def test_without_an_inventory_arg_the_commands_have_no_gap(inventory_arg):
+    assert rp.command(inventory_arg, rp.PLAYBOOK, rp.ACCEPT) == \
+        "ansible-playbook playbooks/rolling-restart.yml -e restart_accept_outage=true"
