@@ -40,6 +40,22 @@ def _load_numeric():
 _numeric = _load_numeric()
 finite_float, shown, text = _numeric.finite_float, _numeric.shown, _numeric.text
 
+
+def _load_hub_model():
+    """plugins/module_utils/hub_model.py (a hub model's folder and its problems),
+    after the ansi.py it imports, by path as plugins/filter/hub.py loads it."""
+    for stem, name in (("ansi", "ansible.module_utils.ansi"), ("hub_model", "vllm_fleet_hub_model_logic")):
+        if name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent.parent
+                                                          / "module_utils" / f"{stem}.py")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+    return sys.modules["vllm_fleet_hub_model_logic"]
+
+
+_hub_model = _load_hub_model()
+
 # The toolkit's defaults, written once. Another host's variables (hostvars)
 # never include a role's defaults, so the record reads them from the file.
 DEFAULTS_FILE = Path(__file__).resolve().parents[2] / "roles" / "vllm_fleet_defaults" / "defaults" / "main.yml"
@@ -50,7 +66,8 @@ ENGINE_KEYS = (
     "vllm_server_backend", "vllm_server_tensor_parallel_size", "vllm_server_pipeline_parallel_size",
     "vllm_fleet_gpus_per_host", "vllm_fleet_context_tokens", "ray_cluster_unit", "ray_cluster_port",
     "vllm_install_venv", "vllm_install_user", "vllm_install_home", "vllm_install_model_source",
-    "vllm_install_model_dir", "vllm_fleet_probe_prompt_tokens", "vllm_fleet_prefill_threshold_floor",
+    "vllm_install_model_dir", "vllm_install_model_revision", "vllm_fleet_probe_prompt_tokens",
+    "vllm_fleet_prefill_threshold_floor",
 )
 # Knobs that were replaced: an inventory that still sets one is refused with
 # the new name, so a quantity never has two knobs.
@@ -198,11 +215,17 @@ def engine_heads(hosts, hostvars):
     return heads
 
 
-def model_path(source, model_dir) -> str:
-    """Where the model lives on the host: the path of a ``host:`` source, else
-    the directory vllm_install stages it in."""
+def model_path(source, model_dir, revision="") -> str:
+    """Where the model lives on the host (vLLM's --model): the path of a
+    ``host:`` source; for a ``hub:`` source its own folder per repo and
+    revision, ``<model_dir>/<org>--<name>/<revision>``; else (``controller:``)
+    the directory vllm_install copies it to."""
     source = text(source or "")
-    return source[5:] if source.startswith("host:") else text(model_dir)
+    if source.startswith("host:"):
+        return source[5:]
+    if source.startswith("hub:"):
+        return _hub_model.model_folder(text(model_dir), source[4:], text(revision or ""))
+    return text(model_dir)
 
 
 def _shape_problems(name: str, hosts: int, tp, pp, gpus) -> list[str]:
@@ -279,8 +302,12 @@ def engine_record(hosts, hostvars, engine) -> dict:
         problems += _shared_head_problems(hosts, hostvars, engine, head, values)
     port = _positive(values["vllm_server_port"])
     url = f"http://{head['service_address']}:{port or text(values['vllm_server_port'])}"
+    source = text(values["vllm_install_model_source"] or "")
+    if source.startswith("hub:"):
+        problems += [f"engine {engine}: {p}" for p in _hub_model.source_problems(source[4:],
+                                                                              values["vllm_install_model_revision"])]
     venv = text(values["vllm_install_venv"])
-    model = model_path(values["vllm_install_model_source"], values["vllm_install_model_dir"])
+    model = model_path(source, values["vllm_install_model_dir"], values["vllm_install_model_revision"])
     return {
         "name": str(engine),
         "head": head["name"],

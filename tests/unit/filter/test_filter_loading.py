@@ -18,6 +18,8 @@ CALLS = {
     "fleet": "f['vllm_argv']({'max_model_len': 10 ** 400})",
     "diagnosis": "f['engine_diagnosis']({'verdict': 'healthy', 'ratio': 10 ** 5000})['verdict']",
     "restart": "f['restart_pool_check'](10 ** 5000, 4736, 0.05)['message']",
+    "hub": "f['hub_download_failure']({'rc': 1, 'stderr': 'Error: Revision not found in model'}, 'o/n', 'r', '',"
+           " '/srv/m', token='t')",
     "gpu_preflight": "f['gpu_preflight_clock_skew']([{'name': 'a', 'rank': 0}], "
                      "{'a': {'r': {'clock_offset_s': 1e999}}}, 2, 'e', 'r')['detail']",
 }

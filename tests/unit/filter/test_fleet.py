@@ -295,7 +295,7 @@ def test_head_ranked_by_a_string_is_found():
 @pytest.mark.parametrize("source, model_dir, path", [
     ("host:/srv/models/tiny", "/srv/models/model", "/srv/models/tiny"),
     ("controller:files/tiny", "/srv/models/tiny", "/srv/models/tiny"),
-    ("hub:Qwen/Qwen2.5-0.5B-Instruct", "/srv/models/qwen", "/srv/models/qwen"),
+    ("hub:Qwen/Qwen2.5-0.5B-Instruct", "/srv/models/qwen", "/srv/models/qwen"),  # no revision: a problem
     ("/srv/models/bare", "/srv/models/model", "/srv/models/model"),  # not a host: source
     ("", "/srv/models/model", "/srv/models/model"),
     (None, "/srv/models/model", "/srv/models/model"),
@@ -304,7 +304,48 @@ def test_model_path(source, model_dir, path):
     assert model_path(source, model_dir) == path
 
 
-@pytest.mark.parametrize("source", ["controller:files/tiny", "hub:Qwen/Qwen2.5-0.5B-Instruct"])
+REV = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.mark.parametrize("source, model_dir, revision, path", [
+    ("hub:Qwen/Qwen2.5-0.5B-Instruct", "/srv/models", REV, f"/srv/models/Qwen--Qwen2.5-0.5B-Instruct/{REV}"),
+    ("hub:Qwen/Qwen2.5-0.5B-Instruct", "/srv/models/", "main", "/srv/models/Qwen--Qwen2.5-0.5B-Instruct/main"),
+    ("hub:gpt2", "/srv/models", REV, f"/srv/models/gpt2/{REV}"),
+    # A shape that could leave the folder: no folder of its own (the record's problems stop the run).
+    ("hub:../etc", "/srv/models", REV, "/srv/models"),
+    ("hub:/etc/x", "/srv/models", REV, "/srv/models"),
+    ("hub:org/name", "/srv/models", "../../etc", "/srv/models"),
+    ("hub:org/name", "/srv/models", "/abs", "/srv/models"),
+    ("host:/srv/models/tiny", "/srv/models", REV, "/srv/models/tiny"),
+    ("controller:files/tiny", "/srv/models/tiny", REV, "/srv/models/tiny"),
+])
+def test_model_path_of_a_hub_source_is_a_folder_per_repo_and_revision(source, model_dir, revision, path):
+    assert model_path(source, model_dir, revision) == path
+
+
+def test_record_of_a_hub_source_names_its_folder_and_a_change_of_revision_moves_it():
+    settings = {"vllm_install_model_source": "hub:org/tiny", "vllm_install_model_dir": "/srv/models",
+                "vllm_install_model_revision": REV}
+    record = engine_record(LAB_ENGINE_HOSTS, _lab(lab1=settings, lab2=settings), "engine_lab")
+    assert (record["model"], record["problems"]) == (f"/srv/models/org--tiny/{REV}", [])
+    moved = dict(settings, vllm_install_model_revision="f" * 40)
+    assert engine_record(LAB_ENGINE_HOSTS, _lab(lab1=moved, lab2=moved), "engine_lab")["model"] == (
+        "/srv/models/org--tiny/" + "f" * 40)
+
+
+@pytest.mark.parametrize("settings, problem", [
+    ({}, "a hub source (hub:org/tiny) needs vllm_install_model_revision: pin the commit hash"),
+    ({"vllm_install_model_revision": "../x"}, "vllm_install_model_revision ../x is no revision: pin a commit hash"),
+    ({"vllm_install_model_source": "hub:../tiny", "vllm_install_model_revision": REV},
+     "vllm_install_model_source hub:../tiny is no repo id"),
+])
+def test_record_refuses_a_hub_source_without_a_safe_revision(settings, problem):
+    settings = dict({"vllm_install_model_source": "hub:org/tiny"}, **settings)
+    record = engine_record(LAB_ENGINE_HOSTS, _lab(lab1=settings, lab2=settings), "engine_lab")
+    assert any(problem in p for p in record["problems"]), record["problems"]
+
+
+@pytest.mark.parametrize("source", ["controller:files/tiny"])
 def test_record_model_is_the_model_dir_unless_on_the_host(source):
     settings = {"vllm_install_model_source": source}
     assert engine_record(LAB_ENGINE_HOSTS, _lab(lab1=settings, lab2=settings), "engine_lab")["model"] == (
@@ -343,8 +384,8 @@ SETTINGS = [
 
 
 def test_settings_cover_the_engine_keys():
-    assert {key for key, _, _ in SETTINGS} | {"vllm_install_model_source", "vllm_install_model_dir"} == set(
-        ENGINE_KEYS)
+    assert {key for key, _, _ in SETTINGS} | {"vllm_install_model_source", "vllm_install_model_dir",
+                                              "vllm_install_model_revision"} == set(ENGINE_KEYS)
 
 
 @pytest.mark.parametrize("key, field, other", SETTINGS, ids=[s[0] for s in SETTINGS])
