@@ -31,7 +31,7 @@ nothing else.
 
 Usage:
   fake_hub.py --model-dir DIR --repo ORG/NAME --revision COMMIT[=DIR] ...
-              [--branch NAME=COMMIT] [--token TOKEN] [--bind 127.0.0.1]
+              [--branch NAME=COMMIT] [--token TOKEN | --token-file PATH] [--bind 127.0.0.1]
               [--port 8090] [--log FILE] [--cut-after BYTES]
 """
 from __future__ import annotations
@@ -327,6 +327,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--branch", action="append", default=[], metavar="NAME=COMMIT",
                         help="a branch name resolving to one of the commits (main: the first, unless given)")
     parser.add_argument("--token", default="", help="require Authorization: Bearer TOKEN (default: none)")
+    parser.add_argument("--token-file", metavar="PATH",
+                        help="the same, the token read from PATH (kept off the command line, ps and the journal)")
     parser.add_argument("--bind", default=DEFAULT_BIND, help="address to bind (default %(default)s)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT,
                         help="port to bind; 0 picks a free one (default %(default)s)")
@@ -349,6 +351,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.branches[name] = commit
     if args.cut_after is not None and args.cut_after < 0:
         parser.error("--cut-after must be >= 0")
+    if args.token_file:
+        if args.token:
+            parser.error("--token and --token-file: give one")
+        try:
+            with open(args.token_file, encoding="utf-8") as fh:
+                args.token = fh.read().strip()
+        except OSError as exc:
+            parser.error(f"--token-file: {exc}")
+        if not args.token:
+            parser.error(f"--token-file {args.token_file} is empty")
     return args
 
 

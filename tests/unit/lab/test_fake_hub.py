@@ -30,7 +30,24 @@ TOKEN = "hf_fake-lab-token-0123"
 BIG = 16 * 1024 * 1024
 CUT = 12 * 1024 * 1024
 
-pytestmark = pytest.mark.skipif(not HF.exists(), reason="hf (huggingface_hub) is not in the test venv")
+
+
+def test_the_real_client_is_in_the_test_venv():
+    """requirements.txt pins huggingface_hub as the wheelhouse does: these tests drive its hf."""
+    assert HF.exists(), "hf is missing: make venv installs huggingface_hub from requirements.txt"
+
+
+def test_the_token_can_come_from_a_file(tmp_path, model):
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    args = fake_hub.parse_args(["--repo", "org/tiny", "--revision", f"{REV}={model}", "--token-file", str(token_file)])
+    assert args.token == TOKEN
+    token_file.write_text("")
+    with pytest.raises(SystemExit):
+        fake_hub.parse_args(["--repo", "org/tiny", "--revision", f"{REV}={model}", "--token-file", str(token_file)])
+    with pytest.raises(SystemExit):
+        fake_hub.parse_args(["--repo", "org/tiny", "--revision", f"{REV}={model}", "--token", "x",
+                             "--token-file", str(token_file)])
 
 
 @pytest.fixture(scope="module")
