@@ -9,6 +9,8 @@ import shlex
 import signal
 import subprocess
 import tempfile
+import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -200,3 +202,74 @@ def lab_args(**extra) -> dict:
     args = dict(yaml.safe_load(LAB_ENGINE_VARS.read_text())["vllm_server_args"])
     args.update(extra)
     return {"vllm_server_args": args}
+
+
+# The lab's hub: lab/hub/fake_hub.py on lab3 (every lab host mounts the tiny model), serving it
+# as HUB_REPO at two commits. The second adds a 16 MiB file, so that a cut past 12 MiB lands
+# after hf's first whole 10 MiB chunk and hf resumes it with a Range request in the same run.
+HUB_HOST, HUB_ADDRESS, HUB_PORT = "lab3", "10.200.0.13", 8090
+HUB_REPO = "lab/tiny"
+HUB_A = "0123456789abcdef0123456789abcdef01234567"
+HUB_B = "89abcdef0123456789abcdef0123456789abcdef"
+HUB_CUT = 12 * 1024 * 1024
+HUB_LOG = "/var/log/lab-hub.jsonl"
+# The hub models' parent on the engine hosts (the lab's /srv/models is a read-only mount).
+HUB_MODELS = "/var/lib/vllm-fleet/models"
+
+
+def hub_vars(revision: str) -> dict:
+    """The extravars that make the engines download HUB_REPO at ``revision`` from the lab's hub;
+    the token is the inventory's (vllm_install_hf_token, inventory/lab's secrets.yml)."""
+    return {"vllm_install_model_source": f"hub:{HUB_REPO}", "vllm_install_model_revision": revision,
+            "vllm_install_model_dir": HUB_MODELS, "vllm_install_hf_endpoint": f"http://{HUB_ADDRESS}:{HUB_PORT}"}
+
+
+def hub_folder(revision: str) -> str:
+    return f"{HUB_MODELS}/{HUB_REPO.replace('/', '--')}/{revision}"
+
+
+def put_file(host: str, path: str, content: str, mode: str = "0644") -> None:
+    """Write ``content`` to ``path`` on a lab host over ssh (never on a command line)."""
+    subprocess.run([str(REPO / "lab" / "lab.sh"), "ssh", host,
+                    f"mkdir -p {shlex.quote(os.path.dirname(path))} && umask 077 && cat > {shlex.quote(path)}"
+                    f" && chmod {mode} {shlex.quote(path)}"],
+                   input=content, text=True, check=True, capture_output=True, timeout=60)
+
+
+def fake_hub_up(cut_after: int | None = None) -> None:
+    """(Re)start the lab's hub on HUB_HOST as a transient unit, its token read from a file on
+    /run (so neither ps, the journal nor test_security.py's paths hold it), and wait until it
+    answers. ``cut_after``: cut the first GET of the largest file once, after that many bytes."""
+    fake_hub_down()
+    put_file(HUB_HOST, "/opt/lab-hub/fake_hub.py", (REPO / "lab" / "hub" / "fake_hub.py").read_text())
+    put_file(HUB_HOST, "/run/lab-hub/token", lab_secrets()["vllm_install_hf_token"] + "\n", mode="0600")
+    b = "/var/lib/lab-hub/b"
+    on_host(HUB_HOST, f"mkdir -p {b} && ln -sf /srv/models/tiny/* {b}/ &&"
+                      f" {{ [ -s {b}/padding.bin ] || head -c 16777216 /dev/zero > {b}/padding.bin; }}")
+    argv = ["systemd-run", "--unit=lab-fake-hub", "--description=the lab's hub", "--collect",
+            "python3", "/opt/lab-hub/fake_hub.py", "--repo", HUB_REPO, "--revision", f"{HUB_A}=/srv/models/tiny",
+            "--revision", f"{HUB_B}={b}", "--token-file", "/run/lab-hub/token",
+            "--bind", HUB_ADDRESS, "--port", str(HUB_PORT), "--log", HUB_LOG]
+    if cut_after is not None:
+        argv += ["--cut-after", str(cut_after)]
+    on_host(HUB_HOST, shlex.join(argv))
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(f"http://{HUB_ADDRESS}:{HUB_PORT}/api/agent-harnesses", timeout=2).read()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise AssertionError("the lab's hub did not answer in 30 s: "
+                                     + on_host(HUB_HOST, "journalctl -u lab-fake-hub --no-pager -n 20"))
+            time.sleep(0.2)
+
+
+def fake_hub_down() -> None:
+    on_host(HUB_HOST, "systemctl stop lab-fake-hub.service 2>/dev/null; true")
+
+
+def hub_requests(since: float = 0.0) -> list[dict]:
+    """The lab hub's request log (lab/hub/README.md) from ``since`` (Unix time) on."""
+    lines = on_host(HUB_HOST, f"cat {HUB_LOG} 2>/dev/null").splitlines()
+    return [r for r in (json.loads(line) for line in lines if line.strip()) if r["ts"] >= since]

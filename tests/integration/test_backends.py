@@ -10,10 +10,12 @@ resets state (docs/lab.md: the suite's cost).
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
-from labtools import engine_key, invocation, lab_args, lab_sh, on_host, stop_engines
+from labtools import (HUB_A, engine_key, fake_hub_up, hub_folder, hub_requests, hub_vars, invocation, lab_args, lab_sh,
+                      on_host, said, stop_engines)
 from test_diagnose import BASE_URL, RESERVE_OFF, Sessions, diagnose, scrape
 
 pytestmark = pytest.mark.lab
@@ -62,10 +64,36 @@ def test_the_mp_backend_serves_tp2_across_two_hosts_and_reserve_off_is_refused_a
     assert not {"10.200.0.12", "10.201.0.12"} & set(head_peers().replace(",", " ").split()), \
         "the two one-host engines should have left lab1 admitting only itself"
     stop_engines()
-    r = play("playbooks/engine.yml", extravars=dict(RESERVE_OFF, vllm_server_backend="mp"))
+    # The model from a hub (the lab's, lab/hub) at a pinned revision: a wrong token first.
+    fake_hub_up()
+    unit = on_host("lab1", "systemctl cat vllm.service")
+    wrong = "hf_wrong-token-for-the-lab-hub"
+    r = play("playbooks/engine.yml", extravars=dict(RESERVE_OFF, vllm_server_backend="mp", **hub_vars(HUB_A),
+                                                    vllm_install_hf_token=wrong))
+    assert r.rc != 0
+    assert said(r, f"Downloading hub:lab/tiny at revision {HUB_A} from http://10.200.0.13:8090"), r.stdout[-3000:]
+    assert said(r, "the hub refused the token (HTTP 401/403)")
+    assert said(r, "The engine was not changed. Then rerun: ansible-playbook -i inventory/lab/hosts.yml site.yml")
+    assert wrong not in r.stdout
+    assert on_host("lab1", "systemctl cat vllm.service") == unit, "a failed download changed the engine's unit"
+    assert on_host("lab1", f"cd {hub_folder(HUB_A)} && ls .vllm-fleet-download.json config.json 2>/dev/null; true") \
+        == "", "a failed download left a model behind"
+    since = time.time()
+    r = play("playbooks/engine.yml", extravars=dict(RESERVE_OFF, vllm_server_backend="mp", **hub_vars(HUB_A)))
     assert r.rc != 0, "the flags check accepted --no-scheduler-reserve-full-isl"
     assert "scheduler_reserve_full_isl: expected true, running false" in r.stdout
     head, worker = on_host("lab1", "ps -eo args"), on_host("lab2", "ps -eo args")
+    # Both hosts downloaded it with the inventory's token, into the revision's own folder,
+    # which the engine now runs.
+    assert f"vllm serve {hub_folder(HUB_A)} " in head, head
+    for host in ("lab1", "lab2"):
+        assert on_host(host, f"cmp {hub_folder(HUB_A)}/model.safetensors /srv/models/tiny/model.safetensors &&"
+                             f" grep -q '\"commit\": \"{HUB_A}\"' {hub_folder(HUB_A)}/.vllm-fleet-download.json"
+                             " && echo ok").strip() == "ok", host
+    files = on_host("lab1", "ls /srv/models/tiny").split()
+    gets = [q for q in hub_requests(since) if q["method"] == "GET" and "/resolve/" in q["path"]]
+    assert sorted(q["path"].rsplit("/", 1)[1] for q in gets) == sorted(files * 2), gets
+    assert all(q["authorization"] and q["status"] == 200 for q in gets), gets
     assert re.search(r"--distributed-executor-backend[= ]mp\b", head), head
     assert re.search(r"--tensor-parallel-size[= ]2\b", head), head
     assert "--headless" in worker

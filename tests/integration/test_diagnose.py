@@ -25,11 +25,14 @@ from pathlib import Path
 
 import pytest
 
-from labtools import engine_key, invocation, lab_args, lab_sh, on_host, said, stop_engines
+from labtools import (HUB_A, HUB_B, HUB_CUT, engine_key, fake_hub_down, fake_hub_up, hub_folder, hub_requests,
+                      hub_vars, invocation, lab_args, lab_sh, on_host, said, stop_engines)
 from test_serving_modes import an_application_from_the_endpoint_file, consumer_endpoint
 
 BASE_URL = "http://10.200.0.11:8000"
-SMALL_POOL = lab_args(num_gpu_blocks_override=37, max_num_batched_tokens=512)
+# The engine runs the lab's hub model at its second revision here (test_backends.py's mp boot
+# ran the first): every engine play of this file names it, so none changes the model.
+SMALL_POOL = dict(lab_args(num_gpu_blocks_override=37, max_num_batched_tokens=512), **hub_vars(HUB_B))
 RESERVE_OFF = lab_args(num_gpu_blocks_override=37, max_num_batched_tokens=512, scheduler_reserve_full_isl=False)
 # The tiny model answers one token in well under a second, even with three sessions running:
 # a wedged engine is one that gives none in 5 s (the defaults' 20 s suit a large model).
@@ -52,14 +55,29 @@ def small_pool(play):
     from the shape the earlier tests left: in `make test`, test_backends.py's mp backend with
     full-prompt admission off (the play switches it back to Ray itself, a changed flag on a
     running engine); run after test_restart.py alone, its two one-host engines, stopped first
-    (moving hosts between engines, docs/provisioning.md)."""
+    (moving hosts between engines, docs/provisioning.md).
+
+    The same play changes the hub model's revision (test_backends.py's mp boot ran the first):
+    it downloads into the new revision's own folder, with the lab's hub cutting the largest
+    file once past hf's first 10 MiB chunk, so hf resumes it with a Range request in the same
+    run; the engine restarts onto the new folder, and the old one is kept. The hub stays up
+    for this file: a later engine play must make no request of it."""
     if two_one_host_engines():
         stop_engines()
+    fake_hub_up(cut_after=HUB_CUT)
+    since = time.time()
     before = {"head": invocation("lab1", "vllm.service"), "headless": "--headless" in on_host("lab2", "ps -eo args")}
     r = play("playbooks/engine.yml", extravars=SMALL_POOL)
     assert r.rc == 0, "the small-pool engine did not start and verify"
     r.before = before
-    return r
+    assert f"vllm serve {hub_folder(HUB_B)} " in on_host("lab1", "ps -eo args")
+    assert on_host("lab1", f"test -e {hub_folder(HUB_A)}/.vllm-fleet-download.json && echo kept").strip() == "kept"
+    padding = [q for q in hub_requests(since) if q["method"] == "GET" and q["path"].endswith("/padding.bin")]
+    print(f"hub: the largest file's GETs {[(q['status'], q['range'], q['bytes']) for q in padding]}")
+    assert (200, None, HUB_CUT) in [(q["status"], q["range"], q["bytes"]) for q in padding], padding
+    assert (206, "bytes=10485760-") in [(q["status"], q["range"]) for q in padding], "hf did not resume the cut file"
+    yield r
+    fake_hub_down()
 
 
 def diagnose(play, tmp_path: Path, *args: str, extravars: dict | None = None) -> dict:
@@ -189,6 +207,7 @@ def test_a_wedged_engine_reads_wedged_fails_readiness_and_verify_and_the_restart
         v = diagnose(play, tmp_path, extravars=WEDGED_AFTER)
         assert v["verdict"] == "wedged", v
         assert v["evidence"]["health_status"] == 200
+        mark = time.time()
         for playbook, extravars in (("playbooks/verify.yml", WEDGED_AFTER),
                                     ("playbooks/engine.yml", dict(SMALL_POOL, **WEDGED_AFTER))):
             start = time.monotonic()
@@ -200,6 +219,8 @@ def test_a_wedged_engine_reads_wedged_fails_readiness_and_verify_and_the_restart
             # The command names the inventory of the run that printed it.
             assert said(r, "ansible-playbook -i inventory/lab/hosts.yml playbooks/rolling-restart.yml"), playbook
             assert took < 120, f"{playbook} took {took:.0f} s to say so"
+        # The engine play's rerun of the downloaded revision asked the hub nothing (its marker).
+        assert hub_requests(mark) == []
         start = time.monotonic()
         report_path = tmp_path / "restart.json"
         # Its diagnosis reads wedged within 5 s; the restarted engine's first token keeps 20 s.
