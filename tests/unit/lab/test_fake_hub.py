@@ -85,7 +85,9 @@ def download(server, tmp_path, revision=REV, token=TOKEN, repo="org/tiny", dest=
                 "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_UPDATE_CHECK": "1",
                 "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_ENABLE_HF_TRANSFER": "0"})
     if token:
-        env["HF_TOKEN"] = token
+        # As vllm_install hands it over: a file that HF_TOKEN_PATH names.
+        (tmp_path / "hf-token").write_text(token)
+        env["HF_TOKEN_PATH"] = str(tmp_path / "hf-token")
     return subprocess.run([str(HF), "download", repo, "--revision", revision, "--local-dir", str(tmp_path / dest)],
                           env=env, capture_output=True, text=True, timeout=60)
 
