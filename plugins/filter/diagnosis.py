@@ -30,6 +30,7 @@ def _load(stem: str, name: str):
 def _logic():
     # Under the name diagnosis.py imports it by, as Ansible ships it to a module.
     _load("numeric", "ansible.module_utils.numeric")
+    _load("commands", "ansible.module_utils.commands")
     return _load("diagnosis", "vllm_fleet_diagnosis_logic")
 
 

@@ -26,35 +26,24 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 
-def _load_numeric():
-    name = "ansible.module_utils.numeric"  # the name module_utils import it by
+def _load(stem: str, name: str):
+    """plugins/module_utils/<stem>.py as the module ``name``, as the other filters load theirs."""
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent.parent / "module_utils"
-                                                      / "numeric.py")
+                                                      / f"{stem}.py")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return sys.modules[name]
 
 
-_numeric = _load_numeric()
+# Under the names module_utils import them by; hub_model.py (a hub model's folder
+# and its problems) after the ansi.py it imports, as plugins/filter/hub.py loads it.
+_numeric = _load("numeric", "ansible.module_utils.numeric")
 finite_float, shown, text = _numeric.finite_float, _numeric.shown, _numeric.text
-
-
-def _load_hub_model():
-    """plugins/module_utils/hub_model.py (a hub model's folder and its problems),
-    after the ansi.py it imports, by path as plugins/filter/hub.py loads it."""
-    for stem, name in (("ansi", "ansible.module_utils.ansi"), ("hub_model", "vllm_fleet_hub_model_logic")):
-        if name not in sys.modules:
-            spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent.parent
-                                                          / "module_utils" / f"{stem}.py")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            spec.loader.exec_module(module)
-    return sys.modules["vllm_fleet_hub_model_logic"]
-
-
-_hub_model = _load_hub_model()
+_load("ansi", "ansible.module_utils.ansi")
+_hub_model = _load("hub_model", "vllm_fleet_hub_model_logic")
+command = _load("commands", "ansible.module_utils.commands").command
 
 # The toolkit's defaults, written once. Another host's variables (hostvars)
 # never include a role's defaults, so the record reads them from the file.
@@ -477,8 +466,8 @@ def gate_upstreams(pairs, kv_overrides=None, inventory_arg=""):
         if tokens is None:
             raise AnsibleFilterError(
                 f"engine {record['name']}: no KV pool in the boot log of {record['unit']} on {record['head']}"
-                f" ({kv.get('msg') or 'not found'}); start the engine"
-                f" ({' '.join(p for p in ('ansible-playbook', text(inventory_arg or '').strip(), 'site.yml') if p)}), or set"
+                f" ({kv.get('msg') or 'not found'}); start the engine ({command(text(inventory_arg or ''), 'site.yml')}),"
+                f" or set"
                 f" gate_service_kv_cache_tokens for it")
         context = kv.get("concurrency_tokens") or record.get("context_tokens")
         if _positive(tokens) is None or _positive(context) is None:

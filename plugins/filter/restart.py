@@ -29,6 +29,7 @@ def _load(stem: str, name: str):
 def _logic(stem: str):
     # Under the name the logic imports it by, as Ansible ships it to a module.
     _load("numeric", "ansible.module_utils.numeric")
+    _load("commands", "ansible.module_utils.commands")
     return _load(stem, "vllm_fleet_%s_logic" % stem)
 
 

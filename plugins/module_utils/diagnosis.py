@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import typing as t
 
+from ansible.module_utils.commands import command
 from ansible.module_utils.numeric import finite
 
 VERDICTS = ("healthy", "kv-bound", "preempting", "prefill-degraded", "wedged", "down", "inconclusive")
@@ -39,7 +40,7 @@ PASSIVE_MARGIN = 1.5
 # The -i of the commands the advice names: the caller passes its run's
 # (vllm_fleet_inventory_arg); without one, a placeholder to fill in.
 INVENTORY_ARG = "-i inventory/<site>"
-RESTART = "ansible-playbook %s playbooks/rolling-restart.yml"
+RESTART = "playbooks/rolling-restart.yml"
 RESTART_HINT = ("a restart cures this: %s restarts the engines that need it one at a time, drained, in "
                 "TP-group order, and records a new baseline (docs/restart.md)")
 
@@ -102,7 +103,7 @@ def diagnose(probe: t.Mapping, kv: t.Optional[t.Mapping] = None, flags: t.Option
     }
     window = evidence["window_s"]
     inventory_arg = inventory_arg or INVENTORY_ARG
-    restart = RESTART % inventory_arg
+    restart = command(inventory_arg, RESTART)
     restart_hint = RESTART_HINT % restart
 
     def out(verdict: str, summary: str, *advice: str) -> dict:
@@ -112,7 +113,7 @@ def diagnose(probe: t.Mapping, kv: t.Optional[t.Mapping] = None, flags: t.Option
     if probe["verdict"] == "down":
         return out("down", "the engine does not answer: %s" % probe.get("reason", ""),
                    "check the unit on the head (systemctl status, journalctl) and the Ray workers; "
-                   "ansible-playbook %s playbooks/engine.yml restarts the whole engine" % inventory_arg)
+                   "%s restarts the whole engine" % command(inventory_arg, "playbooks/engine.yml"))
     if probe.get("answered") is False:
         return out("wedged", probe.get("reason", ""),
                    "the engine is alive but stuck: restart it (%s); vLLM ends a step stuck past "
@@ -155,8 +156,8 @@ def diagnose(probe: t.Mapping, kv: t.Optional[t.Mapping] = None, flags: t.Option
                    "(the gate spreads sessions over several)")
     if probe["verdict"] == "inconclusive" and not probe.get("busy"):
         return out("inconclusive", "the engine answers, but the prefill probe could not call it: %s"
-                   % probe.get("reason", ""), "record a baseline (ansible-playbook %s playbooks/verify.yml right after "
-                   "a start) or probe again when the engine is quiet" % inventory_arg)
+                   % probe.get("reason", ""), "record a baseline (%s right after a start) or probe again when "
+                   "the engine is quiet" % command(inventory_arg, "playbooks/verify.yml"))
     if probe.get("busy"):
         return out("healthy", "busy but progressing: %d running, %d waiting, no preemptions; prefill judged "
                    "passively (%s)" % (running, waiting, "%.2fx the baseline" % passive_ratio

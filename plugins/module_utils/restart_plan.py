@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import typing as t
 
+from ansible.module_utils.commands import command
 from ansible.module_utils.numeric import finite, finite_float, shown
 
 POLICIES = ("always", "when-degraded")
@@ -50,8 +51,8 @@ NOT_SERVING = ("down", "wedged")
 ACCEPT = "-e restart_accept_outage=true"
 PLAYBOOK = "playbooks/rolling-restart.yml"
 
-# Why a when-degraded run leaves an engine alone, by verdict; {run} is a command
-# line with the run's own inventory (command()).
+# Why a when-degraded run leaves an engine alone, by verdict; the {...} are
+# command lines with the run's own inventory (commands.command()).
 _SKIP = {
     "healthy": "healthy: nothing to cure",
     "kv-bound": ("kv-bound: the pool is full and the engine queues the excess, as it should; a restart frees "
@@ -60,13 +61,6 @@ _SKIP = {
                    "({diagnose} says which) and run {engine}"),
     "inconclusive": "inconclusive is not degraded, so it is not restarted; {always} restarts anyway",
 }
-
-
-def command(inventory_arg: t.Any, playbook: str, *options: str) -> str:
-    """An ansible-playbook command line the operator can copy: the run's own inventory
-    options (vllm_fleet_inventory_arg, '' for none) before the playbook."""
-    arg = inventory_arg.strip() if isinstance(inventory_arg, str) else ""
-    return " ".join(part for part in ("ansible-playbook", arg, playbook, *options) if part)
 
 
 class PlanError(ValueError):
