@@ -37,6 +37,7 @@ ROLES_IN_ORDER = [
     "vllm_install",
     "ray_cluster",
     "vllm_server",
+    "engine_recovery",
     "vllm_verify",
     "vllm_diagnose",
     "vllm_restart",
@@ -58,6 +59,7 @@ CONVERGED_BY = {
     "ray_cluster": "test_site.py",
     "vllm_server": "test_site.py",
     "vllm_verify": "test_site.py",
+    "engine_recovery": "test_site.py",
     "fleet_report": "test_site.py",
     # test_both_cutovers_under_load_have_zero_errors_and_zero_fallbacks: the gate cutover (its
     # gate_up.yml starts gate_service on the gate host), the direct cutover, each rerun with
