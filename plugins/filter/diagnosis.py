@@ -46,6 +46,23 @@ def engine_diagnosis(probe, kv=None, flags=None, context_tokens=None, engine="",
         raise AnsibleFilterError(str(exc)) from None
 
 
+def recovery_summary(slurped):
+    """A ``slurp`` of the head's recover-state.json (or a skipped or failed one) -> what the
+    power-cut recovery did last ({attempts, last_action, last_reason, at, gave_up}), or None."""
+    import base64
+
+    _load("ray_cluster", "ansible.module_utils.ray_cluster")
+    logic = _load("engine_recovery", "vllm_fleet_engine_recovery_logic")
+    content = slurped.get("content") if isinstance(slurped, Mapping) else None
+    if not isinstance(content, str):
+        return None
+    try:
+        text = base64.b64decode(content).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        text = ""
+    return logic.summary(text)
+
+
 class FilterModule:
     def filters(self):
-        return {"engine_diagnosis": engine_diagnosis}
+        return {"engine_diagnosis": engine_diagnosis, "recovery_summary": recovery_summary}
