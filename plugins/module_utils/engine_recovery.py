@@ -190,6 +190,13 @@ class State:
             state = cls(**{k: v for k, v in raw.items() if k in known})
         except TypeError:
             return cls(boot_id=boot_id)
+        defaults = cls()
+        for f in fields(cls):
+            want, got = type(getattr(defaults, f.name)), getattr(state, f.name)
+            ok = isinstance(got, (int, float)) and not isinstance(got, bool) if want is float else \
+                isinstance(got, want) and (want is bool or not isinstance(got, bool))
+            if not ok:  # a hand-edited or foreign file: start afresh
+                return cls(boot_id=boot_id)
         if state.boot_id != boot_id:
             return cls(boot_id=boot_id, attempts=0, engine_invocation=state.engine_invocation,
                        engine_nodes=dict(state.engine_nodes or {}))
