@@ -82,10 +82,10 @@ test: $(STAMP) ## Everything CI runs: lint, syntax, unit tests (the lab builds m
 # then every role's molecule scenario on the hosts those left converged, then
 # the rolling restarts under load (ending as two one-host engines), then a down
 # worker and the mp backend, then the diagnosis (back to Ray), which leaves the
-# engine with the field's small pool.
+# engine with the field's small pool, then power cuts, then the security sweep.
 LAB_TESTS := tests/integration/test_lab_hosts.py tests/integration/test_site.py tests/integration/test_serving_modes.py \
              tests/integration/test_molecule.py tests/integration/test_restart.py tests/integration/test_backends.py \
-             tests/integration/test_diagnose.py \
+             tests/integration/test_diagnose.py tests/integration/test_power_cuts.py \
              tests/integration/test_security.py
 lab-e2e: $(STAMP) lab-deps ## The lab end to end: fresh hosts, every integration test and molecule scenario, teardown
 	@echo ">> lab end to end (tests/integration): fresh hosts, then site.yml and friends"

@@ -327,7 +327,7 @@ def _boot_worker(cfg: Config, st: State, ob: Observation) -> Decision:
     if ob.health == 200 and ob.active(unit):
         return Decision(DONE, "the engine serves (the head's /health 200)")
     if st.phase != IDLE and not ob.active(unit):
-        return Decision(FAIL_ATTEMPT, f"{unit} stopped ({ob.units.get(unit, 'unknown')})")
+        return _worker_stopped(cfg, st, ob)
     if waited >= cfg.worker_wait_s:
         return Decision(GIVE_UP, f"the head did not serve within {_secs(cfg.worker_wait_s)} of this boot;"
                         f" {unit} is left as it is. Run site.yml")
@@ -392,12 +392,25 @@ def _check_head(cfg: Config, st: State, ob: Observation) -> Decision:
                     " booted) and the engine is dead (/health 503): restarting the whole engine")
 
 
+def _worker_stopped(cfg: Config, st: State, ob: Observation) -> Decision:
+    """The worker's unit stopped after this recovery started it. When the head restarts its Ray
+    (the head's check, or the head's own boot), every node drops with the old head: if the head
+    now waits for its nodes, join it again at once (an attempt, no backoff: the head's join wait
+    is running); otherwise the attempt failed."""
+    unit = cfg.own_unit
+    stopped = f"{unit} stopped ({ob.units.get(unit, 'unknown')})"
+    if ob.rendezvous_open and not ob.api_open and st.attempts < cfg.max_attempts:
+        return Decision(START_OWN, f"{stopped} and the head waits for its nodes (a restart of its Ray drops"
+                        f" every node): attempt {st.attempts + 1} of {cfg.max_attempts}, starting {unit} again")
+    return Decision(FAIL_ATTEMPT, stopped)
+
+
 def _check_worker(cfg: Config, st: State, ob: Observation) -> Decision:
     unit = cfg.own_unit
     if ob.active(unit):
         return Decision(DONE, f"{unit} runs")
     if st.phase != IDLE:
-        return Decision(FAIL_ATTEMPT, f"{unit} stopped ({ob.units.get(unit, 'unknown')})")
+        return _worker_stopped(cfg, st, ob)
     if not ob.rendezvous_open:
         return Decision(DONE, f"the head's {cfg.head_address}:{cfg.rendezvous_port} does not answer: nothing to join")
     if ob.api_open:

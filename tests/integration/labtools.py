@@ -188,11 +188,17 @@ def invocation(host: str, unit: str) -> str:
     return on_host(host, f"systemctl show -p InvocationID --value {unit}").strip()
 
 
+RECOVERY_MARKER = "/var/lib/vllm-fleet/engine-wanted"
+
+
 def stop_engines() -> None:
-    """Stop vLLM and Ray on the lab's engine hosts, so the next converge may give them another
-    shape (docs/provisioning.md: moving a host between engines)."""
+    """Stop the lab's engines on purpose, so the next converge may give their hosts another
+    shape (docs/provisioning.md: moving a host between engines): the engine-wanted marker
+    first (the power-cut recovery leaves a stopped engine alone, and stops a run under way),
+    then vLLM and Ray. The next engine play that proves an engine ready writes the marker."""
     for host in ("lab1", "lab2"):
-        on_host(host, "systemctl stop vllm.service ray.service")
+        on_host(host, f"rm -f {RECOVERY_MARKER}; systemctl stop vllm-fleet-recover.service"
+                      " vllm-fleet-recover-check.service vllm.service ray.service")
 
 
 def lab_args(**extra) -> dict:

@@ -24,7 +24,8 @@ from labtools import REPO, RUNNER_DIRS, files_holding, on_host, secret_values
 HOSTS = ("lab1", "lab2", "lab3")
 SANDBOX_DOC = REPO / "docs" / "ports-and-secrets.md"
 # Where each unit runs in the lab.
-UNIT_HOSTS = {"vllm-fleet-gate.service": "lab3", "vllm.service": "lab1", "ray.service": "lab1"}
+UNIT_HOSTS = {"vllm-fleet-gate.service": "lab3", "vllm.service": "lab1", "ray.service": "lab1",
+              "vllm-fleet-recover.service": "lab1", "vllm-fleet-recover-check.service": "lab2"}
 # The files that hold a key by design, and their modes.
 KEY_FILES = {"/etc/default/vllm": "600", "/etc/vllm-fleet/gate.json": "600", "/etc/vllm-fleet/endpoint.env": "640"}
 

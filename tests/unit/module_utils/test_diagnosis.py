@@ -328,7 +328,7 @@ def test_the_probe_is_not_changed():
 # --- the filter ----------------------------------------------------------------------------
 
 def test_filter_is_registered():
-    assert set(FILTERS) == {"engine_diagnosis"}
+    assert set(FILTERS) == {"engine_diagnosis", "recovery_summary"}
 
 
 def test_filter_is_diagnose():
