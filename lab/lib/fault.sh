@@ -143,6 +143,12 @@ fault_host_stop() {
   [[ $mode == hard ]] && ip link set "veth-$name" down
   stop_nspawn "$name" "$mode"
   ip link set "veth-$name" down 2>/dev/null
+  # The host's namespace outlives it (the engine link's end lives there): a powered-off host
+  # answers nothing, so its end of the link goes dark too, else its kernel would still
+  # refuse connections to its link address, as no switched-off Spark does.
+  if [[ " ${LAB_LINK_HOSTS[*]} " == *" $name "* ]]; then
+    ip -n "$name" link set "$LAB_LINK_IF" down 2>/dev/null || true
+  fi
   fault_clear_host "$name"
   touch "$STATE_DIR/$name.host-stop"
   log "fault host-stop $name: stopped ($mode, $(secs_since "$t0")s); disk kept; undo: lab/lab.sh fault host-start $name"

@@ -45,7 +45,7 @@ BACKENDS = ("ray", "mp")
 MODES = ("boot", "check")
 # What decide() may answer.
 DONE, WAIT, DEFER, GIVE_UP = "done", "wait", "defer", "give-up"
-START_RAY, START_VLLM, START_OWN = "start-ray", "start-vllm", "start-own"
+START_RAY, START_VLLM, START_OWN, REJOIN = "start-ray", "start-vllm", "start-own", "rejoin"
 FAIL_ATTEMPT, PROBE_NODES, RECORD_NODES, RESTART, RECOVER = (
     "fail-attempt", "probe-nodes", "record-nodes", "restart-engine", "recover")
 # Head phases of one attempt.
@@ -171,6 +171,11 @@ class State:
     dead_streak: int = 0
     probe_next_at: float = 0.0
     probe_interval_s: float = 0.0
+    # A worker's boot run: the head's vLLM answered 503 while this node waited (a
+    # dead engine, which the head's check restarts as a whole), and when its API
+    # then closed (that restart began).
+    head_seen_dead: bool = False
+    head_down_at: float = 0.0
     # Ray node ids while the engine served, keyed by vLLM's systemd InvocationID.
     engine_invocation: str = ""
     engine_nodes: dict = field(default_factory=dict)
@@ -331,6 +336,15 @@ def _boot_worker(cfg: Config, st: State, ob: Observation) -> Decision:
     if waited >= cfg.worker_wait_s:
         return Decision(GIVE_UP, f"the head did not serve within {_secs(cfg.worker_wait_s)} of this boot;"
                         f" {unit} is left as it is. Run site.yml")
+    if ob.active(unit) and st.phase != IDLE and st.head_down_at and st.attempts < cfg.max_attempts \
+            and ob.now >= st.next_attempt_at:
+        # The head's check restarts the whole engine: its new Ray drops this node, which would
+        # linger until Ray's own GCS timeout (a minute). Join the new head once its Ray is up
+        # (a poll after its API closed: the old Ray stops in seconds).
+        if ob.rendezvous_open and ob.now - st.head_down_at >= cfg.poll_s:
+            return Decision(REJOIN, f"the head stopped its dead vLLM to restart the whole engine, whose new Ray"
+                            f" drops this node: attempt {st.attempts + 1} of {cfg.max_attempts}, restarting {unit}")
+        return Decision(WAIT, "the head restarts the whole engine: waiting for its new Ray head", cfg.poll_s)
     if ob.active(unit):
         return Decision(WAIT, f"{unit} runs; waiting for the head to serve ({_secs(waited)} of"
                         f" {_secs(cfg.worker_wait_s)})", cfg.poll_s)
@@ -399,7 +413,7 @@ def _worker_stopped(cfg: Config, st: State, ob: Observation) -> Decision:
     is running); otherwise the attempt failed."""
     unit = cfg.own_unit
     stopped = f"{unit} stopped ({ob.units.get(unit, 'unknown')})"
-    if ob.rendezvous_open and not ob.api_open and st.attempts < cfg.max_attempts:
+    if ob.rendezvous_open and not ob.api_open and st.attempts < cfg.max_attempts and ob.now >= st.next_attempt_at:
         return Decision(START_OWN, f"{stopped} and the head waits for its nodes (a restart of its Ray drops"
                         f" every node): attempt {st.attempts + 1} of {cfg.max_attempts}, starting {unit} again")
     return Decision(FAIL_ATTEMPT, stopped)
@@ -530,6 +544,8 @@ class Recovery:
         probe = False
         while True:
             ob = observe(self.host, self.cfg, self.st, probe=probe)
+            if self.mode == "boot" and self.cfg.role == "worker":
+                self._watch_head(ob)
             d = decide(self.cfg, self.st, ob, "boot" if self.mode == "boot" else "check")
             probe = False
             if d.action == PROBE_NODES:
@@ -556,6 +572,12 @@ class Recovery:
                 self.st.attempts += 1
                 self.host.start(self.cfg.own_unit)
                 self._phase(VLLM_STARTED)
+            elif d.action == REJOIN:
+                self.st.attempts += 1
+                self.st.head_seen_dead, self.st.head_down_at = False, 0.0
+                self.host.stop(self.cfg.own_unit)
+                self.host.start(self.cfg.own_unit)
+                self._phase(VLLM_STARTED)
             elif d.action == DONE:
                 self._served(ob)
                 self.say(d, force=True)
@@ -573,6 +595,13 @@ class Recovery:
                 self.host.sleep(max(d.wait_s, 0.1))
             elif self.cfg.role == "worker" and d.action == START_OWN:
                 self.host.sleep(self.cfg.poll_s)
+
+    def _watch_head(self, ob: Observation) -> None:
+        """A worker's boot run: note a dead engine at the head, then its API closing."""
+        if ob.api_open and ob.health == DEAD:
+            self.st.head_seen_dead, self.st.head_down_at = True, 0.0
+        elif self.st.head_seen_dead and not ob.api_open and not self.st.head_down_at:
+            self.st.head_down_at = ob.now
 
     def _served(self, ob: Observation) -> None:
         if ob.health == 200:

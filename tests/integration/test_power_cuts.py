@@ -8,10 +8,12 @@ these boots too. The host-stop knob is a power loss: the link goes down and PID 
 
 1. lab1 and lab2 together: the head's boot run waits for lab2, starts the Ray head, waits until
    lab2's node joined, starts vLLM; lab2's boot run joins once the head's Ray port answers.
-2. lab2 alone (the worker): the head's vLLM stays up with its engine dead (/health 503); once
-   lab2's node rejoined, the head's check restarts the whole engine.
-3. lab1 alone (the head): lab2's Ray node lost its head; the head's boot run waits for it to
-   join again, which lab2's check does once the head's Ray port answers.
+2. lab2 alone (the worker): the head's vLLM stays up with its engine dead (/health 503), and
+   its check says it waits for lab2; once lab2's node rejoined, the check restarts the whole
+   engine.
+3. lab1 alone (the head): lab2's Ray node gives up on its lost head (Ray's own GCS reconnect
+   timeout); the head's boot run waits for it to join again, which lab2's check does once the
+   head's Ray port answers.
 4. Left alone: the engine's Ray worker killed (`fault kill-ray-worker`, no host booted): the
    head's check sees /health 503 with the same Ray nodes and restarts nothing.
 5. A rolling restart during a recovery (lab1 and lab2 cut again, the engine still dead): the
@@ -85,11 +87,15 @@ def first_completion_after(t0: float, what: str) -> float:
                          f"{HEAD}: {recovery_lines(HEAD, 0)[-3000:]}\n{WORKER}: {recovery_lines(WORKER, 0)[-2000:]}")
 
 
-def power_cut(*hosts: str) -> tuple[float, float]:
-    """Cut the power of ``hosts`` and bring it back; (the hosts' clock at the cut, monotonic at power back)."""
+def power_cut(*hosts: str, off_until=None, what: str = "") -> tuple[float, float]:
+    """Cut the power of ``hosts`` and bring it back once ``off_until(since)`` holds (a real cut lasts
+    longer than the lab's one second: the hosts that stayed up notice it first); (the hosts'
+    clock at the cut, monotonic at power back)."""
     since = host_clock()
     for host in hosts:
         lab_sh("fault", "host-stop", host)
+    if off_until is not None:
+        wait_for(lambda: off_until(since), 180, what)
     t0 = time.monotonic()
     for host in hosts:
         lab_sh("fault", "host-start", host)
@@ -126,18 +132,25 @@ def test_both_engine_hosts_cut_the_engine_serves_again_by_itself():
 
 
 def test_the_worker_alone_cut_the_heads_check_restarts_the_whole_engine():
-    since, t0 = power_cut(WORKER)
+    assert completion(), "the engine the test above left does not serve"
+    since, t0 = power_cut(WORKER, off_until=lambda since: "do not answer: waiting for their hosts to boot"
+                          in recovery_lines(HEAD, since), what="the head's check noticing lab2 away")
     seconds = first_completion_after(t0, "lab2 alone")
     wait_for(lambda: "the engine serves again" in recovery_lines(HEAD, since), 60, "the head's recovery done")
     head = recovery_lines(HEAD, since)
     assert "rejoined after vLLM started (their host booted)" in head, head
     assert "restarting the whole engine" in head, head
+    # The head's new Ray drops lab2's node: lab2 joins it again at once, not after Ray's own timeout.
+    worker = recovery_lines(WORKER, since)
+    assert "restarting ray.service" in worker or "starting ray.service again" in worker, worker
     report("lab2 alone", seconds, since)
     wait_for(lambda: nodes_recorded(since), 120, "the head's check recording the engine's Ray nodes")
 
 
 def test_the_head_alone_cut_waits_for_the_workers_node_then_serves():
-    since, t0 = power_cut(HEAD)
+    assert completion(), "the engine the test above left does not serve"
+    since, t0 = power_cut(HEAD, off_until=lambda since: on_host(WORKER, "systemctl is-active ray.service").strip()
+                          != "active", what="lab2's Ray node giving up on its lost head")
     seconds = first_completion_after(t0, "lab1 alone")
     wait_for(lambda: "the engine serves again" in recovery_lines(HEAD, since), 60, "the head's recovery done")
     head = recovery_lines(HEAD, since)
@@ -149,7 +162,7 @@ def test_the_head_alone_cut_waits_for_the_workers_node_then_serves():
 
 def test_a_killed_ray_worker_is_left_alone():
     """No host booted: the same Ray nodes, so the check leaves the dead engine to the operator's
-    rolling restart (test_restart.py's chain relies on the same)."""
+    rolling restart (docs/provisioning.md: the trigger is a boot, never a symptom)."""
     server = invocation(HEAD, "vllm.service")
     since = host_clock()
     lab_sh("fault", "kill-ray-worker", WORKER)

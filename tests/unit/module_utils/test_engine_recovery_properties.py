@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from ansible.module_utils import engine_recovery as er
 
 HEAD, WORKER = "10.0.0.11", "10.0.0.12"
-STARTS = {er.START_RAY, er.START_VLLM, er.START_OWN, er.RESTART, er.RECOVER}
+STARTS = {er.START_RAY, er.START_VLLM, er.START_OWN, er.REJOIN, er.RESTART, er.RECOVER}
 UNIT_STATES = st.sampled_from(["active", "activating", "inactive", "failed", "deactivating", "unknown"])
 
 
@@ -24,6 +24,7 @@ states = st.builds(
     er.State, attempts=st.integers(0, 10), phase=st.sampled_from([er.IDLE, er.RAY_STARTED, er.VLLM_STARTED]),
     phase_since=st.floats(0, 5000), next_attempt_at=st.floats(0, 5000), waiting_since=st.floats(0, 5000),
     peers_overdue=st.booleans(), dead_streak=st.integers(0, 5), probe_next_at=st.floats(0, 5000),
+    head_seen_dead=st.booleans(), head_down_at=st.sampled_from([0.0, 100.0, 4990.0]),
     engine_invocation=st.sampled_from(["", "inv1", "inv2"]),
     engine_nodes=st.sampled_from([{}, {HEAD: "h", WORKER: "w"}]))
 nodes = st.one_of(st.none(), st.lists(st.sampled_from([HEAD, WORKER]), unique=True).map(tuple))
@@ -48,7 +49,7 @@ def test_nothing_starts_under_a_lease_or_without_the_marker_and_a_reason_is_alwa
 @given(configs, states, observations, st.sampled_from(er.MODES))
 def test_no_new_attempt_past_the_bound_nor_before_the_backoff_ends(c, s, o, mode):
     d = er.decide(c, s, o, mode)
-    if d.action in (er.START_RAY, er.START_OWN, er.RESTART) or (d.action == er.START_VLLM and s.phase == er.IDLE):
+    if d.action in (er.START_RAY, er.START_OWN, er.REJOIN, er.RESTART) or (d.action == er.START_VLLM and s.phase == er.IDLE):
         assert s.attempts < c.max_attempts
         assert o.now >= s.next_attempt_at
 
