@@ -138,7 +138,9 @@ def raises_only(documented, fn: t.Callable, *args, **kwargs):
         return None
 
 
-_FIGURE = re.compile(r"[0-9][0-9,_]*(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?", re.ASCII)
+# "3.e2" is a figure too (300: Python's float() and the parsers read it), so the
+# fraction's digits may be none.
+_FIGURE = re.compile(r"[0-9][0-9,_]*(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?", re.ASCII)
 
 
 def numbers_in(text: str) -> set:
