@@ -15,7 +15,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 PLAYBOOKS := site.yml $(wildcard playbooks/*.yml) $(wildcard lab/playbooks/*.yml)
 
-.PHONY: help venv lint yamllint ansible-lint syntax unit test lab-e2e bench clean demo molecule
+.PHONY: help venv lint yamllint ansible-lint ruff syntax unit test lab-e2e bench clean demo molecule
 
 include lab/lab.mk
 
@@ -42,7 +42,11 @@ ansible-lint: $(STAMP)
 	@echo ">> ansible-lint (production profile)"
 	$(BIN)/ansible-lint --strict --offline
 
-lint: yamllint ansible-lint ## yamllint + ansible-lint
+ruff: $(STAMP)
+	@echo ">> ruff (ruff.toml)"
+	$(BIN)/ruff check .
+
+lint: yamllint ansible-lint ruff ## yamllint + ansible-lint + ruff
 
 syntax: $(STAMP) ## ansible-playbook --syntax-check on every playbook
 	@echo ">> syntax check"

@@ -342,7 +342,7 @@ def gate_logic_us(n: int = 20000) -> float:
     import io
     import logging
 
-    from vllm_fleet_gate.admission import Demand, prompt_parts, read_limits, estimate_tokens
+    from vllm_fleet_gate.admission import Demand, estimate_tokens, prompt_parts, read_limits
     from vllm_fleet_gate.app import Gate, _Exchange, access_log
     from vllm_fleet_gate.config import parse_config
     from vllm_fleet_gate.logsink import LoopBatchedHandler

@@ -134,7 +134,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.numeric import finite, shown
-from ansible.module_utils.polling import MAX_WAIT_S, Poller, PollArgumentError, validate_poll
+from ansible.module_utils.polling import MAX_WAIT_S, PollArgumentError, Poller, validate_poll
 from ansible.module_utils.ray_cluster import POLL_S, PROBE, RayProbeError, parse_probe_output, verdict
 
 ARGUMENT_SPEC = dict(

@@ -228,8 +228,15 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.numeric import shown
-from ansible.module_utils.prefill import (MAX_BASELINE, MAX_GROUPS, MAX_PROMPT_TOKENS, MIN_GROUPS, PrefillError,
-                                          baseline_from_json, baseline_to_json)
+from ansible.module_utils.prefill import (
+    MAX_BASELINE,
+    MAX_GROUPS,
+    MAX_PROMPT_TOKENS,
+    MIN_GROUPS,
+    PrefillError,
+    baseline_from_json,
+    baseline_to_json,
+)
 from ansible.module_utils.prefill_client import EngineClient
 from ansible.module_utils.prefill_probe import probe, record
 from ansible.module_utils.systemd import active_since, parse_show

@@ -32,7 +32,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 
 try:  # under Ansible (the unit tests) and on the host (next to it)
     from ansible.module_utils.ray_cluster import PROBE, RayProbeError, parse_probe_output

@@ -26,8 +26,18 @@ import datetime
 import time
 import typing as t
 
-from ansible.module_utils.prefill import (FLOOR, GROUP_SIZE, PASSIVE_PREFILLS, Baseline, MetricsSnapshot,
-                                          PrefillError, comparable, decide, passive_window, threshold)
+from ansible.module_utils.prefill import (
+    FLOOR,
+    GROUP_SIZE,
+    PASSIVE_PREFILLS,
+    Baseline,
+    MetricsSnapshot,
+    PrefillError,
+    comparable,
+    decide,
+    passive_window,
+    threshold,
+)
 from ansible.module_utils.prefill_client import EngineClient, EngineTimeout, EngineUnreachable
 
 

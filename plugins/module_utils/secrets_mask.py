@@ -15,7 +15,6 @@ from typing import Any
 
 from ansible.module_utils.vllm_help import FlagTable, is_option, normalise_option
 
-
 MASK = "********"
 SECRET_DESTS = frozenset({"api_key", "hf_token"})
 _SECRET_OPTIONS = frozenset({"--api-key", "--hf-token"})

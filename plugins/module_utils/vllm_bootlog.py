@@ -26,7 +26,6 @@ from ansible.module_utils.vllm_kv_cache import LogLines, boot_marker
 from ansible.module_utils.vllm_settings import SOURCE_LOG, Setting, Unknown
 from ansible.module_utils.vllm_values import format_value
 
-
 _ARGS_MARK = "non-default args: "
 # A line longer than this is read up to it: one newline-free blob cannot grow
 # memory without bound, and no real args line comes near it.

@@ -28,7 +28,6 @@ from ansible.module_utils.vllm_help import Flag, FlagTable, is_option, normalise
 from ansible.module_utils.vllm_settings import SOURCE_CMDLINE, Setting, Unknown
 from ansible.module_utils.vllm_values import convert_cli_value, load_json
 
-
 _API_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
 _CLI_MODULES = ("vllm.entrypoints.cli.main", "vllm")
 

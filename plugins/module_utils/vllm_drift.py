@@ -24,7 +24,6 @@ from ansible.module_utils.vllm_cmdline import ParsedCmdline, parse_cmdline
 from ansible.module_utils.vllm_flag_errors import CmdlineError, SourceError
 from ansible.module_utils.vllm_help import FlagTable
 
-
 _JSON_SPECIAL = re.compile(r'[\[\]{}"\\]')
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-
 SOURCE_CMDLINE = "command line"
 SOURCE_LOG = "boot log"
 SOURCE_DEFAULT = "default"

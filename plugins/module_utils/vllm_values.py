@@ -20,7 +20,6 @@ from typing import Any
 from ansible.module_utils.pyrepr import MAX_DEPTH
 from ansible.module_utils.vllm_help import Flag
 
-
 _TRUE = {"true", "yes", "on", "1", "y", "t"}
 _FALSE = {"false", "no", "off", "0", "n", "f"}
 

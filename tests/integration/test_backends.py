@@ -13,9 +13,20 @@ import re
 import time
 
 import pytest
-
-from labtools import (HUB_A, engine_key, fake_hub_up, hub_folder, hub_requests, hub_vars, invocation, lab_args, lab_sh,
-                      on_host, said, stop_engines)
+from labtools import (
+    HUB_A,
+    engine_key,
+    fake_hub_up,
+    hub_folder,
+    hub_requests,
+    hub_vars,
+    invocation,
+    lab_args,
+    lab_sh,
+    on_host,
+    said,
+    stop_engines,
+)
 from test_diagnose import BASE_URL, RESERVE_OFF, Sessions, diagnose, scrape
 
 pytestmark = pytest.mark.lab

@@ -24,9 +24,23 @@ import time
 from pathlib import Path
 
 import pytest
-
-from labtools import (HUB_A, HUB_B, HUB_CUT, engine_key, fake_hub_down, fake_hub_up, hub_folder, hub_requests,
-                      hub_vars, invocation, lab_args, lab_sh, on_host, said, stop_engines)
+from labtools import (
+    HUB_A,
+    HUB_B,
+    HUB_CUT,
+    engine_key,
+    fake_hub_down,
+    fake_hub_up,
+    hub_folder,
+    hub_requests,
+    hub_vars,
+    invocation,
+    lab_args,
+    lab_sh,
+    on_host,
+    said,
+    stop_engines,
+)
 from test_serving_modes import an_application_from_the_endpoint_file, consumer_endpoint
 
 BASE_URL = "http://10.200.0.11:8000"

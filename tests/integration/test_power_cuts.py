@@ -30,7 +30,6 @@ import json
 import time
 
 import pytest
-
 from labtools import engine_key, invocation, lab_sh, on_host, said
 from test_diagnose import BASE_URL
 from test_serving_modes import wait_for

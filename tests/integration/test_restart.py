@@ -20,11 +20,32 @@ import subprocess
 import time
 
 import pytest
-
-from labtools import (LAB_INVENTORY, RECOVERY_MARKER, REPO, files_holding, finish, interrupt, lab_sh, on_host, restart,
-                      said, secret_values, start_playbook, stop_engines, was_interrupted)
-from test_serving_modes import (CLIENT, an_application_from_the_endpoint_file, client_records, consumer_endpoint,
-                                endpoint_env, now_ts, summary, wait_for)
+from labtools import (
+    LAB_INVENTORY,
+    RECOVERY_MARKER,
+    REPO,
+    files_holding,
+    finish,
+    interrupt,
+    lab_sh,
+    on_host,
+    restart,
+    said,
+    secret_values,
+    start_playbook,
+    stop_engines,
+    was_interrupted,
+)
+from test_serving_modes import (
+    CLIENT,
+    an_application_from_the_endpoint_file,
+    client_records,
+    consumer_endpoint,
+    endpoint_env,
+    now_ts,
+    summary,
+    wait_for,
+)
 
 pytestmark = pytest.mark.lab
 

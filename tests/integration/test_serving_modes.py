@@ -19,9 +19,17 @@ import time
 from datetime import datetime, timezone
 
 import pytest
-
-from labtools import (files_holding, finish, interrupt, lab_sh, restart, said, secret_values, start_playbook,
-                      was_interrupted)
+from labtools import (
+    files_holding,
+    finish,
+    interrupt,
+    lab_sh,
+    restart,
+    said,
+    secret_values,
+    start_playbook,
+    was_interrupted,
+)
 from openai_suite import run_suite
 from test_molecule import RAN_THERE, assert_scenario_passed, molecule_test
 

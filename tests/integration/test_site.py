@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 import re
 
-import yaml
-
 import pytest
+import yaml
 
 pytestmark = pytest.mark.lab
 

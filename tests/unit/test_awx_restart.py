@@ -11,7 +11,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
 from awx_fake import FakeAWX
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,7 +7,6 @@ import re
 import time
 
 import pytest
-
 from hostile import assert_linear
 
 

@@ -11,7 +11,6 @@ mode does. Test-lab use only.
 import socket
 
 import torch
-
 from vllm.distributed.device_communicators.cpu_communicator import CpuCommunicator
 
 

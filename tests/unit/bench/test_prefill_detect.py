@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from prefill_fake import FakeVllm
 
 REPO = Path(__file__).resolve().parents[3]

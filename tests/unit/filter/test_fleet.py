@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from ansible.module_utils import _internal as _mu_internal
 
 # Importing the controller's ansible.errors (as filter plugins do) marks the

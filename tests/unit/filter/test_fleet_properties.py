@@ -15,13 +15,21 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 from filter_plugins import load_filters
 from hostile import OUT_OF_RANGE, out_of_range
-from test_fleet import LAB, LAB_ENGINE_HOSTS, _lab, engine_rank, engine_records, gate_upstreams, host_problems, \
-    plugin, vllm_argv
+from hypothesis import given
+from hypothesis import strategies as st
+from test_fleet import (
+    LAB,
+    LAB_ENGINE_HOSTS,
+    _lab,
+    engine_rank,
+    engine_records,
+    gate_upstreams,
+    host_problems,
+    plugin,
+    vllm_argv,
+)
 
 GPU_PREFLIGHT = load_filters("gpu_preflight")
 from ansible.errors import AnsibleFilterError  # noqa: E402

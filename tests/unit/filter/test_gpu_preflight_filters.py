@@ -3,7 +3,6 @@ every host's registered probe, and the per-host report and summary."""
 from __future__ import annotations
 
 import pytest
-
 from filter_plugins import load_filters
 
 # Loaded before ansible.errors is imported here: load_filters keeps the controller flag as it was.

@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pytest
-
-from filter_plugins import load_filters
 from ansible.module_utils import restart_plan as rp
+from filter_plugins import load_filters
 
 # Loaded before ansible.errors is imported here: load_filters keeps the controller flag as it was.
 FILTERS = load_filters("restart")

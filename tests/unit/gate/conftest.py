@@ -19,10 +19,10 @@ GATE_DIR = Path(__file__).resolve().parents[3] / "gate"
 if str(GATE_DIR) not in sys.path:
     sys.path.insert(0, str(GATE_DIR))
 
+from gate_helpers import WAIT, FakeVLLM, base_config, books  # noqa: E402
+
 from vllm_fleet_gate.app import Gate  # noqa: E402
 from vllm_fleet_gate.config import parse_config  # noqa: E402
-
-from gate_helpers import WAIT, FakeVLLM, base_config, books  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -523,6 +523,7 @@ def spec_validator(name: str):
     """A JSON Schema validator for ``components.schemas[name]`` of the gate's
     OpenAPI spec (OpenAPI 3.0's ``nullable`` read as JSON Schema's null)."""
     from jsonschema import Draft4Validator
+
     from vllm_fleet_gate.app import spec_bytes
 
     def convert(node):

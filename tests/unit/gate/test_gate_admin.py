@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from gate_helpers import ADMIN, WAIT, completion, until
 
 AUTH = {"Authorization": f"Bearer {ADMIN}"}

@@ -3,13 +3,14 @@ limits, FIFO, routing, drain, hold, shutdown, and the request readers."""
 from __future__ import annotations
 
 import pytest
+
 from vllm_fleet_gate.admission import (
     ADMITTED,
     CANCELLED,
     DONE,
     FAILED,
-    QUEUED,
     GENERATION_ROUTES,
+    QUEUED,
     Admission,
     BadRequest,
     Demand,

@@ -6,10 +6,10 @@ import copy
 import json
 
 import pytest
+from gate_helpers import ADMIN
+
 from vllm_fleet_gate.__main__ import main
 from vllm_fleet_gate.config import Config, ConfigError, load_config, parse_config
-
-from gate_helpers import ADMIN
 
 GOOD = {
     "upstreams": [{"name": "e1", "url": "http://10.0.0.1:8000", "kv_cache_tokens": 2420352, "max_model_len": 1048576}],

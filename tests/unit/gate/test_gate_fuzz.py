@@ -22,6 +22,7 @@ import json
 
 import pytest
 import schemathesis
+from gate_helpers import ADMIN, EngineThread, GateProcess, SturdyFakeVLLM, assert_gate_error, log_problems
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
@@ -32,9 +33,8 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
-from vllm_fleet_gate.app import spec_bytes
 
-from gate_helpers import ADMIN, EngineThread, GateProcess, SturdyFakeVLLM, assert_gate_error, log_problems
+from vllm_fleet_gate.app import spec_bytes
 
 KEY = "client-key-1"
 ZERO = {"reserved_tokens": 0, "inflight": 0, "queued": 0}

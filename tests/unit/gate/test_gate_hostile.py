@@ -18,9 +18,6 @@ import socket
 import time
 
 import pytest
-from vllm_fleet_gate.app import Gate
-from vllm_fleet_gate.config import ConfigError, parse_config
-
 from gate_helpers import (
     ADMIN,
     WAIT,
@@ -40,6 +37,9 @@ from gate_helpers import (
     words,
 )
 from hostile import nested
+
+from vllm_fleet_gate.app import Gate
+from vllm_fleet_gate.config import ConfigError, parse_config
 
 KEY = "client-key-1"
 ZERO = {"reserved_tokens": 0, "inflight": 0, "queue_depth": 0}

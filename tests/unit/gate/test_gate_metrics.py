@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import asyncio
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from gate_helpers import completion, until
+from prometheus_client.parser import text_string_to_metric_families
 
 
 async def scrape(client) -> dict:

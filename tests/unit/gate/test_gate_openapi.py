@@ -12,15 +12,15 @@ import shutil
 import zipfile
 
 import pytest
+from gate_helpers import ADMIN, GATE_DIR, assert_gate_error, base_config, completion
 from jsonschema import Draft4Validator
 from schemathesis.specs.openapi.definitions import OPENAPI_30
+from test_gate_install import VERSION, run
+
 from vllm_fleet_gate import __version__
 from vllm_fleet_gate.admission import GENERATION_ROUTES
 from vllm_fleet_gate.app import _ERROR_TYPES, _OWN_PATHS, SPEC_FILE, Gate, spec_bytes
 from vllm_fleet_gate.config import parse_config
-
-from gate_helpers import ADMIN, GATE_DIR, assert_gate_error, base_config, completion
-from test_gate_install import VERSION, run
 
 SPEC = json.loads(spec_bytes())
 METHODS = {"get", "put", "post", "delete", "patch", "options", "head", "trace"}

@@ -8,7 +8,6 @@ import re
 
 import aiohttp
 import pytest
-
 from gate_helpers import WAIT, FakeVLLM, completion, free_port, until, words
 
 

@@ -9,7 +9,6 @@ import signal
 import sys
 
 import aiohttp
-
 from gate_helpers import ADMIN, GATE_DIR, WAIT, base_config, completion, free_port, until
 
 

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from gate_helpers import FakeVLLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "integration"))

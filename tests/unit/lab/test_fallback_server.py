@@ -11,9 +11,8 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
 import fallback_server as fs
+import pytest
 
 SCRIPT = Path(fs.__file__)
 

@@ -17,7 +17,6 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-
 import session_client as sc
 
 SCRIPT = Path(sc.__file__)

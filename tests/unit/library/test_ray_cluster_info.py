@@ -15,7 +15,6 @@ import types
 from pathlib import Path
 
 import pytest
-
 import ray_cluster_info as module
 from ansible.module_utils.ray_cluster import PROBE
 

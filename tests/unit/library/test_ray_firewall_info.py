@@ -7,7 +7,6 @@ The range file is a tmp_path copy of the lab hosts' own
 from __future__ import annotations
 
 import pytest
-
 import ray_firewall_info as module
 
 PEERS = ["10.200.0.11", "10.200.0.12"]

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 import vllm_flags_info
 from ansible.module_utils.secrets_mask import MASK
 from help_tables import HELP_PATH, drop_flag

@@ -18,14 +18,13 @@ import re
 import shlex
 import socket
 import stat
-import time
 import threading
+import time
 import types
 import urllib.request
 from pathlib import Path
 
 import pytest
-
 import vllm_health_info as module
 
 REPO = Path(__file__).resolve().parents[3]
@@ -318,7 +317,7 @@ def test_unit_state(run_module, systemd, active, result, dead):
     # The journal is read once, after the probe: for a dead unit, and for one not ready yet (its message's evidence).
     assert len(systemd.journal_calls()) == 1
     if not dead:
-        assert out["msg"].startswith(f"http://127.0.0.1:") and f"; {UNIT} is {active}." in out["msg"], out["msg"]
+        assert out["msg"].startswith("http://127.0.0.1:") and f"; {UNIT} is {active}." in out["msg"], out["msg"]
     else:
         assert "msg" not in out
 

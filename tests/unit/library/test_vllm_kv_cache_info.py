@@ -10,7 +10,6 @@ import stat
 from pathlib import Path
 
 import pytest
-
 import vllm_kv_cache_info as module
 from ansible.module_utils import vllm_kv_cache as kv
 

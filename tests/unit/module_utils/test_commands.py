@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import pytest
+from ansible.module_utils.commands import command
 from hypothesis import given
 from hypothesis import strategies as st
-
-from ansible.module_utils.commands import command
 
 
 @pytest.mark.parametrize("inventory_arg, expected", [

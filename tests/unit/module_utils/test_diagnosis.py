@@ -12,10 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from filter_plugins import load_filters
 from ansible.module_utils import diagnosis as d
 from ansible.module_utils.prefill import parse_metrics
+from filter_plugins import load_filters
 
 # Loaded before ansible.errors is imported here: load_filters keeps the controller flag as it was.
 FILTERS = load_filters("diagnosis")

@@ -13,12 +13,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 from ansible.module_utils import diagnosis as d
 from filter_plugins import load_filters
 from hostile import OUT_OF_RANGE, out_of_range
+from hypothesis import given
+from hypothesis import strategies as st
 from test_diagnosis import CASES, CONTEXT
 
 FILTERS = load_filters("diagnosis")

@@ -8,11 +8,9 @@ whose units, peers, Ray nodes and /health follow a scripted engine, with a
 clock that only moves when the recovery sleeps or waits."""
 from __future__ import annotations
 
-import base64
 import json
 
 import pytest
-
 from ansible.module_utils import engine_recovery as er
 
 HEAD, WORKER = "10.0.0.11", "10.0.0.12"

@@ -3,10 +3,9 @@ state and observation: the promises the power-cut recovery makes (docs/provision
 "After a power cut")."""
 from __future__ import annotations
 
+from ansible.module_utils import engine_recovery as er
 from hypothesis import given
 from hypothesis import strategies as st
-
-from ansible.module_utils import engine_recovery as er
 
 HEAD, WORKER = "10.0.0.11", "10.0.0.12"
 STARTS = {er.START_RAY, er.START_VLLM, er.START_OWN, er.REJOIN, er.RESTART, er.RECOVER}

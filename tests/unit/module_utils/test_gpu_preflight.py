@@ -10,11 +10,11 @@ import re
 from pathlib import Path
 
 import pytest
-
 from ansible.module_utils.gpu_preflight import (
     GIB,
     STAGED_FILES_LIMIT,
     Check,
+    Link,
     Listener,
     PreflightError,
     PreflightOptionError,
@@ -29,16 +29,15 @@ from ansible.module_utils.gpu_preflight import (
     check_gpu_driver,
     check_gpu_memory,
     check_interface,
+    check_link_mtu,
+    check_link_up,
     check_ports,
+    check_service_address,
     command_failed,
     is_ipv4,
     nearest_existing,
     parse_ip_addr,
     parse_ip_link,
-    Link,
-    check_link_mtu,
-    check_link_up,
-    check_service_address,
     parse_meminfo,
     parse_ss,
     render_report,

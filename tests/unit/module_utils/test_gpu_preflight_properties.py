@@ -19,11 +19,8 @@ import math
 import os
 from pathlib import Path
 
-import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 import gpu_preflight_info
+import pytest
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpu_preflight import (
     Check,
@@ -35,11 +32,11 @@ from ansible.module_utils.gpu_preflight import (
     check_engine_subnet,
     check_from_dict,
     check_interface,
+    check_link_up,
     check_ports,
     is_ipv4,
     parse_ip_addr,
     parse_ip_link,
-    check_link_up,
     parse_meminfo,
     parse_ss,
     validate_options,
@@ -60,6 +57,8 @@ from hostile import (
     out_of_range,
     raises_only,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 FILTERS = load_filters("gpu_preflight")
 from ansible.errors import AnsibleFilterError  # noqa: E402  (after load_filters, see filter_plugins.py)

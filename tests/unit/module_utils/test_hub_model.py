@@ -4,7 +4,6 @@ client's captured output (tests/fixtures/hf-2.4.0, README.md there)."""
 from __future__ import annotations
 
 import pytest
-
 from ansible.module_utils import hub_model as hm
 
 FIXTURES = __import__("pathlib").Path(__file__).resolve().parents[2] / "fixtures" / "hf-2.4.0"

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hypothesis import given
-from hypothesis import strategies as st
-
 from ansible.module_utils import hub_model as hm
 from hostile import any_text, documents, mutated, raises_only
+from hypothesis import given
+from hypothesis import strategies as st
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "hf-2.4.0"
 LINES = [line for p in sorted(FIXTURES.glob("*.stderr")) for line in p.read_text().splitlines()]

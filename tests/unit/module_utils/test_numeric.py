@@ -6,12 +6,11 @@ import math
 from pathlib import Path
 
 import pytest
+from ansible.module_utils.numeric import SHOWN_CHARS, finite, finite_float, shown, text
+from filter_plugins import top_level_imports
+from hostile import HUGE_DIGITS, OUT_OF_RANGE, out_of_range
 from hypothesis import given
 from hypothesis import strategies as st
-
-from ansible.module_utils.numeric import SHOWN_CHARS, finite, finite_float, shown, text
-from hostile import HUGE_DIGITS, OUT_OF_RANGE, out_of_range
-from filter_plugins import top_level_imports
 
 
 def ids(value) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from ansible.module_utils.nvidia_smi import (
     FAILURES,
     QUERY_ARGS,

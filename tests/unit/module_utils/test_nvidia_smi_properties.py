@@ -16,9 +16,6 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 from ansible.module_utils.gpu_preflight import check_cuda_version, check_gpu_count, check_gpu_driver, check_gpu_memory
 from ansible.module_utils.nvidia_smi import (
     FAILURES,
@@ -43,6 +40,8 @@ from hostile import (
     numbers_in,
     raises_only,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 SMI = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia-smi"
 MEMINFO = (Path(__file__).resolve().parents[2] / "fixtures" / "host-probes" / "meminfo_head_dev_container.txt").read_text()

@@ -7,10 +7,9 @@ from __future__ import annotations
 import math
 
 import pytest
+from ansible.module_utils.polling import MAX_WAIT_S, PollArgumentError, Poller, validate_poll
 from hypothesis import given
 from hypothesis import strategies as st
-
-from ansible.module_utils.polling import MAX_WAIT_S, Poller, PollArgumentError, validate_poll
 
 
 class FakeTime:

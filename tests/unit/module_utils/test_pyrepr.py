@@ -3,7 +3,6 @@ test_vllm_bootlog.py and test_vllm_help.py)."""
 from __future__ import annotations
 
 import pytest
-
 from ansible.module_utils.pyrepr import ReprError, parse_repr
 
 

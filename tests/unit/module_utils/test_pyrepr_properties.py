@@ -19,9 +19,6 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 import vllm_flags_info
 from ansible.module_utils.ansi import strip_ansi
 from ansible.module_utils.pyrepr import MAX_DEPTH, MAX_NUMBER_CHARS, ReprError, parse_repr
@@ -40,6 +37,8 @@ from hostile import (
     non_ascii_number,
     raises_only,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 MARK = "non-default args: "
@@ -215,7 +214,7 @@ def test_the_module_fails_with_the_readers_message(run_module, tmp_path, args):
     log.write_text("".join(line if MARK not in line else PREFIX + args + "\n" for line in BOOT))
     result = run_module(vllm_flags_info, {"log_path": str(log), "help_text": HELP_PATH.read_text()})
     assert result["failed"]
-    assert result["msg"].startswith(f"cannot read the non-default args on line ") and len(result["msg"]) < 500
+    assert result["msg"].startswith("cannot read the non-default args on line ") and len(result["msg"]) < 500
 
 
 def test_a_mib_of_args_reads(tmp_path):

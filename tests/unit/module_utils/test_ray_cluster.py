@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from ansible.module_utils.ray_cluster import (
     PROBE,
     RayCluster,

@@ -18,9 +18,6 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 import ray_cluster_info
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.ray_cluster import PROBE, RayProbeError, parse_nodes, parse_probe_output, verdict
@@ -37,6 +34,8 @@ from hostile import (
     non_ascii_number,
     raises_only,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 PREFIX = "RAY_NODES_JSON="

@@ -5,11 +5,10 @@ tests over hostile ip_local_port_range text (tests/hostile.py)."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 from ansible.module_utils.ray_firewall import FirewallError, ephemeral_range, rules
 from hostile import any_text, assert_numbers_from, cut_points, mutated, raises_only
+from hypothesis import given
+from hypothesis import strategies as st
 
 # The lab hosts' /proc/sys/net/ipv4/ip_local_port_range, as the kernel prints it.
 RANGE = "32768\t60999\n"

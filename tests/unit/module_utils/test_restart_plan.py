@@ -9,7 +9,6 @@ engine_records), verdicts like diagnosis.py's result per engine.
 from __future__ import annotations
 
 import pytest
-
 from ansible.module_utils import restart_plan as rp
 from ansible.module_utils.restart_plan import PlanError
 

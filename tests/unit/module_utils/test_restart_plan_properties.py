@@ -16,13 +16,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 from ansible.module_utils import restart_plan as rp
 from ansible.module_utils import schedule
 from filter_plugins import load_filters
 from hostile import OUT_OF_RANGE, out_of_range
+from hypothesis import given
+from hypothesis import strategies as st
 
 FILTERS = load_filters("restart")
 from ansible.errors import AnsibleFilterError  # noqa: E402

@@ -9,7 +9,6 @@ import stat
 import subprocess
 
 import pytest
-
 from ansible.module_utils import schedule as s
 
 GOOD = [

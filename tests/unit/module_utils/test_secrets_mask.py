@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import pytest
-
 from ansible.module_utils.secrets_mask import MASK, mask_argv
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from ansible.module_utils.systemd import exec_command, main_pid, parse_show, unit_info
 
 # vllm_flags_info's `systemctl show -p MainPID -p ExecStart -p LoadState vllm.service`

@@ -19,25 +19,24 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 import vllm_flags_info
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.systemd import UnitInfo, active_since, exec_command, main_pid, parse_show, unit_info
+from help_tables import HELP_PATH
 from hostile import (
     HUGE_NUMBER,
     MIB,
     NOISE,
     any_text,
+    assert_linear,
     assert_numbers_from,
     cut_points,
     documents,
     mutated,
     non_ascii_number,
 )
-from help_tables import HELP_PATH
-from hostile import assert_linear
+from hypothesis import given
+from hypothesis import strategies as st
 from test_pyrepr_properties import FIXTURES
 
 CAPTURES = {p.name: p.read_text() for p in sorted((FIXTURES / "systemd").glob("show-*.txt"))}

@@ -4,7 +4,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from ansible.module_utils.versions import release_tuple, version_at_least, version_from_output, version_tuple
 from filter_plugins import top_level_imports
 

@@ -11,13 +11,24 @@ returns only a version release_tuple reads; each runs in linear time.
 from __future__ import annotations
 
 import pytest
+from ansible.module_utils.versions import (
+    MAX_DIGITS,
+    release_tuple,
+    version_at_least,
+    version_from_output,
+    version_tuple,
+)
+from hostile import (
+    HUGE_NUMBER,
+    OUT_OF_RANGE,
+    any_text,
+    assert_linear,
+    assert_numbers_from,
+    non_ascii_number,
+    out_of_range,
+)
 from hypothesis import given
 from hypothesis import strategies as st
-
-from ansible.module_utils.versions import (MAX_DIGITS, release_tuple, version_at_least, version_from_output,
-                                           version_tuple)
-from hostile import HUGE_NUMBER, OUT_OF_RANGE, any_text, assert_linear, assert_numbers_from, non_ascii_number, \
-    out_of_range
 
 REAL = ["0.32.0", "v0.19.0", "0.20.2rc1.dev9+g01d4d1ad3", "0.6.6.post1", "12.8", "13.0", "580.126.09", "595.84"]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from ansible.module_utils.vllm_bootlog import log_settings, parse_boot_log, parse_boot_log_lines
 from ansible.module_utils.vllm_flag_errors import SourceError
 from ansible.module_utils.vllm_help import parse_help

@@ -8,13 +8,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from ansible.module_utils.secrets_mask import MASK
 from ansible.module_utils.vllm_cmdline import parse_cmdline, read_proc_cmdline
 from ansible.module_utils.vllm_flag_errors import CmdlineError, SourceError
 from ansible.module_utils.vllm_help import parse_help
 from help_tables import drop_flag
-
 
 CMDLINES = [
     # id, command line, expected {dest: value}, unknown [(flag, reason)]

@@ -18,9 +18,6 @@ import shlex
 import string
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 import vllm_flags_info
 from ansible.module_utils.pyrepr import MAX_DEPTH
 from ansible.module_utils.systemd import unit_info
@@ -33,13 +30,15 @@ from hostile import (
     MIB,
     NOISE,
     any_text,
+    assert_linear,
     assert_numbers_from,
     mutated,
     nested,
     non_ascii_number,
     raises_only,
 )
-from hostile import assert_linear
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_pyrepr_properties import FIXTURES, numbers_of
 from test_vllm_values_properties import ascii_digits
 

@@ -15,9 +15,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 from ansible.module_utils.pyrepr import MAX_DEPTH
 from ansible.module_utils.systemd import UnitInfo, unit_info
 from ansible.module_utils.vllm_cmdline import parse_cmdline
@@ -25,7 +22,9 @@ from ansible.module_utils.vllm_drift import compare_unit, drift_message, running
 from ansible.module_utils.vllm_flag_errors import SourceError
 from ansible.module_utils.vllm_help import parse_help
 from help_tables import HELP_PATH
-from hostile import MIB, any_text, mutated, nested, raises_only, assert_linear
+from hostile import MIB, any_text, assert_linear, mutated, nested, raises_only
+from hypothesis import given
+from hypothesis import strategies as st
 from test_pyrepr_properties import FIXTURES
 
 TABLE = parse_help(HELP_PATH.read_text())

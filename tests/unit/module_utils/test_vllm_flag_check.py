@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from ansible.module_utils.secrets_mask import MASK
 from ansible.module_utils.vllm_bootlog import log_settings, parse_boot_log
 from ansible.module_utils.vllm_cmdline import parse_cmdline

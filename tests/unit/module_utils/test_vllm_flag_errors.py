@@ -7,7 +7,6 @@ import inspect
 from pathlib import Path
 
 import pytest
-
 from ansible.module_utils import vllm_flag_errors
 from ansible.module_utils.vllm_flag_errors import VllmFlagsError
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import pytest
-
 from ansible.module_utils.vllm_flag_history import FLAG_HISTORY, missing_flag_message
 
 

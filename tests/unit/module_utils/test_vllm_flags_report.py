@@ -3,7 +3,6 @@ vllm_flags_info over gathered inputs (the real 0.32.0 help and boot logs)."""
 from __future__ import annotations
 
 import pytest
-
 from ansible.module_utils.secrets_mask import MASK
 from ansible.module_utils.systemd import unit_info
 from ansible.module_utils.vllm_bootlog import BootLog, parse_boot_log

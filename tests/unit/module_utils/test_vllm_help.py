@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from ansible.module_utils.vllm_flag_errors import HelpTextError
 from ansible.module_utils.vllm_help import is_option, normalise_option, parse_help
 

@@ -8,7 +8,6 @@ import shutil
 import stat
 
 import pytest
-
 from ansible.module_utils.vllm_help_cache import (
     FORMAT,
     HelpCache,

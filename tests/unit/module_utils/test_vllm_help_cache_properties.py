@@ -14,12 +14,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from ansible.module_utils.vllm_help_cache import FORMAT, CachedHelp, HelpCache, entry_text, read_entry
 from help_tables import HELP_PATH
-from hostile import HUGE_NUMBER, any_text, cut_points, mutated, nested, assert_linear
+from hostile import HUGE_NUMBER, any_text, assert_linear, cut_points, mutated, nested
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 HELP = HELP_PATH.read_text()
 VERSION_OUT = "INFO 11-29 16:01:11 [__init__.py:1] Automatically detected platform cpu.\n0.32.0\n"

@@ -15,10 +15,6 @@ from __future__ import annotations
 import math
 
 import pytest
-from hostile import assert_linear
-from hypothesis import given
-from hypothesis import strategies as st
-
 from ansible.module_utils.pyrepr import MAX_DEPTH
 from ansible.module_utils.vllm_flag_errors import HelpTextError
 from ansible.module_utils.vllm_help import parse_help
@@ -27,12 +23,15 @@ from hostile import (
     HUGE_NUMBER,
     MIB,
     any_text,
+    assert_linear,
     assert_numbers_from,
     mutated,
     nested,
     non_ascii_number,
     raises_only,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 HELP = HELP_PATH.read_text()
 LINES = HELP.splitlines()

@@ -12,7 +12,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from ansible.module_utils import vllm_kv_cache as kv
 from ansible.module_utils.systemd import parse_show
 

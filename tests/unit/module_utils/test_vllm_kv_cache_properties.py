@@ -26,13 +26,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 import hostile
+import pytest
 from ansible.module_utils import vllm_kv_cache as kv
 from ansible.module_utils.ansi import strip_ansi
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 # hostile.mutated() makes lines of 5,000 spaces or digits, on purpose.
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")

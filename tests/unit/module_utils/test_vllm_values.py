@@ -3,7 +3,6 @@ of the real ``vllm serve --help=all`` of vLLM 0.32.0."""
 from __future__ import annotations
 
 import pytest
-
 from ansible.module_utils.vllm_values import convert_cli_value, format_value, to_bool, to_float, to_int
 
 

@@ -18,9 +18,6 @@ import math
 import unicodedata
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 from ansible.module_utils.pyrepr import MAX_DEPTH, parse_repr
 from ansible.module_utils.vllm_help import parse_help
 from ansible.module_utils.vllm_values import (
@@ -34,7 +31,9 @@ from ansible.module_utils.vllm_values import (
     to_int,
 )
 from help_tables import HELP_PATH
-from hostile import HUGE_NUMBER, NON_ASCII_DIGITS, any_text, assert_numbers_from, nested, raises_only, assert_linear
+from hostile import HUGE_NUMBER, NON_ASCII_DIGITS, any_text, assert_linear, assert_numbers_from, nested, raises_only
+from hypothesis import given
+from hypothesis import strategies as st
 from test_pyrepr_properties import ARGS_LINES, numbers_of
 
 TABLE = parse_help(HELP_PATH.read_text())
