@@ -144,7 +144,7 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
             raise PlanError("%s must be a URL string, got %s" % (name, shown(value)))
     if not isinstance(verdicts, dict):
         raise PlanError("verdicts must map each engine's name to its diagnosis")
-    expected = _positive("restart_expected_s", expected_restart_s)
+    expected = _positive("vllm_restart_expected_s", expected_restart_s)
     margin = _positive("restart_hold_margin_s", hold_margin_s)
     gate = dict(gate or {})
     limits = [x for x in (_optional_limit("the gate's queue timeout", gate.get("queue_timeout_s")),
@@ -277,7 +277,7 @@ def _drain(r: dict, others: t.List[dict], mode: str, consumer_url: str, is_fed: 
         refused.append(
             "engine %s is the only serving engine, and holding the gate for its restart (%g s + %g s margin) "
             "would outlast the gate's queue timeout or longest hold (%g s), so queued requests would fail. "
-            "Raise gate_service_queue_timeout_s and gate_service_max_hold_s, lower restart_expected_s if the "
+            "Raise gate_service_queue_timeout_s and gate_service_max_hold_s, lower vllm_restart_expected_s if the "
             "restart is faster, or accept the outage: %s" % (name, expected, margin, limit, accept_with))
         return {"kind": "refused", "why": "the hold would outlast the gate's limit"}
     if not consumer_url:

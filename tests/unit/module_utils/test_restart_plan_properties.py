@@ -98,7 +98,7 @@ def test_each_number_past_range(value):
     ("1e999", "got '1e999'"), (-(10 ** 400), "got a number of more than 30 digits"),
 ], ids=["huge", "inf", "nan", "text", "negative-huge"])
 def test_a_number_past_range_is_refused_with_the_value_cut(value, words):
-    with pytest.raises(rp.PlanError, match="restart_expected_s must be a positive number of seconds, " + words):
+    with pytest.raises(rp.PlanError, match="vllm_restart_expected_s must be a positive number of seconds, " + words):
         rp.plan([E1], {"e1": {"verdict": "down"}}, expected_restart_s=value)
     with pytest.raises(rp.PlanError, match="the pool after the restart must be a token count, " + words):
         rp.pool_check(1000, value, 0.05)
