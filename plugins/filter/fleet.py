@@ -423,24 +423,6 @@ def host_problems(hosts, hostvars, group, ports=()):
     return problems
 
 
-def playbook_needs(needs, playbooks=None):
-    """The groups the playbooks of this run need: [{group, playbooks}], one
-    per group, from ``needs`` (a playbook's file name: the groups it needs),
-    in the order of ``playbooks``. Without ``playbooks``, those that
-    ansible-playbook was given: every entry playbook imports the one
-    preflight, and no variable names the playbook that imported it."""
-    if playbooks is None:
-        from ansible import context
-
-        playbooks = context.CLIARGS.get("args") or ()
-    found = {}
-    for playbook in playbooks:
-        name = Path(str(playbook)).name
-        for group in (needs or {}).get(name) or ():
-            found.setdefault(group, []).append(name)
-    return [{"group": group, "playbooks": names} for group, names in found.items()]
-
-
 def gate_url(hosts, hostvars) -> str:
     """The gate's base URL (no /v1) on the first of ``hosts``; '' for none."""
     if not hosts:
@@ -574,7 +556,6 @@ class FilterModule:
             "engine_records": engine_records,
             "engine_rank": engine_rank,
             "host_problems": host_problems,
-            "playbook_needs": playbook_needs,
             "gate_url": gate_url,
             "gate_upstreams": gate_upstreams,
             "vllm_argv": vllm_argv,

@@ -15,6 +15,7 @@ costs seconds): the parametrized test reads their results.
 """
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -22,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import jinja2
 import pytest
 import yaml
 
@@ -94,7 +96,30 @@ def test_a_playbook_without_the_preflight_touches_localhost_only(playbook):
 
 # --- which playbook needs which group ---------------------------------------------------------
 
-NEEDS = PREFLIGHT_PLAYS[0]["vars"]["__preflight_playbook_needs"]
+def _render(value, context: dict):
+    """A var as Ansible would template it, for the plain cases these use."""
+    if isinstance(value, dict):
+        return {k: _render(v, context) for k, v in value.items()}
+    if isinstance(value, str) and "{{" in value:
+        text = jinja2.Environment().from_string(value).render(**context)
+        return ast.literal_eval(text) if text.startswith("[") else text
+    return value
+
+
+def _needs(path: Path, inherited: dict | None = None):
+    """vllm_fleet_preflight_needs as the preflight sees it when ``path`` runs:
+    the vars of the imports on the way to it, rendered; None without a preflight."""
+    for play in _plays(path):
+        if not _import(play):
+            continue
+        context = {**(inherited or {}), **(play.get("vars") or {})}
+        target = (path.parent / _import(play)).resolve()
+        if target == PREFLIGHT:
+            return _render(context.get("vllm_fleet_preflight_needs", {}), context)
+        found = _needs(target, context)
+        if found is not None:
+            return found
+    return None
 
 
 def _targets(path: Path) -> set[str]:
@@ -110,21 +135,28 @@ def _targets(path: Path) -> set[str]:
     return kinds
 
 
-def test_the_needs_name_entry_playbooks():
-    entry = {Path(p).name for p in ENTRY}
-    assert set(NEEDS) <= entry, set(NEEDS) - entry
-
-
 @pytest.mark.parametrize("playbook", [p for p in ENTRY if p not in WITHOUT_PREFLIGHT])
 def test_the_needs_follow_the_plays(playbook):
-    name = Path(playbook).name
-    needs = set(NEEDS.get(name, []))
+    stated = _needs(REPO / playbook)
+    needs = set(stated.get("groups", []))
+    if needs:
+        # The refusal names the playbook the operator ran.
+        assert stated["playbook"] == Path(playbook).name, (playbook, stated)
     # It schedules the rolling restart on the same inventory.
+    name = Path(playbook).name
     plays_on = _targets(REPO / ("playbooks/rolling-restart.yml" if name == "schedule-restart.yml" else playbook))
     assert ("consumers" in needs) == ("consumers" in plays_on), (playbook, needs, plays_on)
     # Not every playbook that has a gate play needs a gate: toward direct
     # mode there may be none to archive.
     assert needs <= plays_on, (playbook, needs, plays_on)
+
+
+def test_the_needs_are_stated_where_the_preflight_is_imported():
+    assert _needs(REPO / "playbooks/gate-cutover.yml") == {"playbook": "gate-cutover.yml",
+                                                            "groups": ["consumers", "gate"]}
+    assert _needs(REPO / "playbooks/direct-cutover.yml")["groups"] == ["consumers"]
+    assert _needs(REPO / "site.yml")["groups"] == ["consumers"]
+    assert _needs(REPO / "playbooks/diagnose.yml") == {}
 
 
 # --- the inventories --------------------------------------------------------------------------
@@ -373,7 +405,8 @@ def runs(tmp_path_factory):
 
 def test_the_cases_cover_every_need():
     covered = {(Path(c.playbook).name, c.id) for c in CASES}
-    missing = [(playbook, f"no-{group}") for playbook, groups in NEEDS.items() for group in groups
+    needs = {Path(p).name: _needs(REPO / p).get("groups", []) for p in ENTRY if p not in WITHOUT_PREFLIGHT}
+    missing = [(playbook, f"no-{group}") for playbook, groups in needs.items() for group in groups
                if (playbook, f"no-{group}") not in covered]
     assert missing == []
 

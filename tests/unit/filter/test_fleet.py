@@ -38,7 +38,6 @@ gate_url = FILTERS["gate_url"]
 gate_upstreams = FILTERS["gate_upstreams"]
 engine_rank = FILTERS["engine_rank"]
 host_problems = FILTERS["host_problems"]
-playbook_needs = FILTERS["playbook_needs"]
 engine_record = plugin.engine_record  # not a filter: engine_records calls it per engine
 model_path = plugin.model_path
 fleet_defaults = plugin.fleet_defaults
@@ -51,7 +50,7 @@ inventory_args = FILTERS["inventory_args"]
 
 def test_filters_are_registered():
     assert set(FILTERS) == {"engine_peers", "engine_names", "engine_heads", "engine_records", "engine_rank",
-                            "host_problems", "playbook_needs", "gate_url", "gate_upstreams", "vllm_argv",
+                            "host_problems", "gate_url", "gate_upstreams", "vllm_argv",
                             "systemd_quote", "inventory_args"}
 
 
@@ -1306,24 +1305,6 @@ def test_host_problems_without_hosts():
     assert host_problems(None, {}, "gate") == host_problems([], {}, "gate", ["gate_service_port"]) == []
 
 
-NEEDS = {"site.yml": ["consumers"], "gate-cutover.yml": ["consumers", "gate"]}
-
-
-@pytest.mark.parametrize("playbooks, needs", [
-    (["site.yml"], [{"group": "consumers", "playbooks": ["site.yml"]}]),
-    (["/opt/vllm-fleet/site.yml"], [{"group": "consumers", "playbooks": ["site.yml"]}]),
-    (["playbooks/gate-cutover.yml"], [{"group": "consumers", "playbooks": ["gate-cutover.yml"]},
-                                      {"group": "gate", "playbooks": ["gate-cutover.yml"]}]),
-    (["site.yml", "playbooks/gate-cutover.yml"], [{"group": "consumers", "playbooks": ["site.yml", "gate-cutover.yml"]},
-                                                  {"group": "gate", "playbooks": ["gate-cutover.yml"]}]),
-    (["playbooks/diagnose.yml"], []),     # needs the engines only
-    (["playbooks/cutover.yml"], []),      # a part, not in the table
-    ([], []),
-])
-def test_playbook_needs(playbooks, needs):
-    assert playbook_needs(NEEDS, playbooks) == needs
-
-
 # --- inventory_args: the -i of a printed command -------------------------------------------------
 
 CFG = "/opt/vllm-fleet/ansible.cfg"
@@ -1352,12 +1333,3 @@ CFG = "/opt/vllm-fleet/ansible.cfg"
 ])
 def test_inventory_args(sources, config_file, args):
     assert inventory_args(sources, config_file) == args
-
-
-def test_playbook_needs_reads_the_command_line(monkeypatch):
-    from ansible import context
-
-    monkeypatch.setattr(context, "CLIARGS", {"args": ("playbooks/gate-cutover.yml",)})
-    assert [n["group"] for n in playbook_needs(NEEDS)] == ["consumers", "gate"]
-    monkeypatch.setattr(context, "CLIARGS", {})
-    assert playbook_needs(NEEDS) == []
