@@ -71,6 +71,7 @@ def _knobs() -> set[str]:
 def _other_names() -> set[str]:
     """Names a message may use that are not knobs."""
     names = set(ROLES) | {p.stem for p in (REPO / "library").glob("*.py")}
+    names |= {p.name for p in (REPO / "gate").iterdir() if p.is_dir()}
     for path in (REPO / "plugins" / "filter").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.FunctionDef) and node.name == "filters":

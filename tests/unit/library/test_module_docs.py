@@ -258,6 +258,14 @@ def _vllm_flags_info(run_module, tmp_path, monkeypatch):
                                               vllm_version="0.32.0", forbid=["watermark"], on_mismatch="warn"))
 
 
+def _vllm_gate(run_module, tmp_path, monkeypatch):
+    import test_vllm_gate as t
+
+    # Reading one upstream of the real gate: every key has a value.
+    with t.running_gate(tmp_path) as url:
+        return run_module(t.vllm_gate, {"url": url, "admin_token": t.ADMIN, "upstream": t.ENGINES[0]})
+
+
 def _vllm_health_info(run_module, tmp_path, monkeypatch):
     import test_vllm_health_info as t
 
@@ -294,6 +302,7 @@ RUNS = {
     "ray_cluster_info": _ray_cluster_info,
     "ray_firewall_info": _ray_firewall_info,
     "vllm_flags_info": _vllm_flags_info,
+    "vllm_gate": _vllm_gate,
     "vllm_health_info": _vllm_health_info,
     "vllm_kv_cache_info": _vllm_kv_cache_info,
     "vllm_prefill_probe": _vllm_prefill_probe,
