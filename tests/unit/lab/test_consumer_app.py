@@ -18,7 +18,7 @@ def copied_files() -> list[str]:
 
 def test_every_python_file_of_lab_consumer_is_copied():
     sources = sorted(p.name for p in (LAB / "consumer").glob("*.py"))
-    assert "session_client.py" in sources
+    assert "session_client.py" in sources and "lab_http.py" in sources
     assert sorted(set(sources) - set(copied_files())) == []
 
 
