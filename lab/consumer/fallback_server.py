@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 import threading
 import time
 import uuid
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from lab_http import send_json, serve_until_signal, write_chunk
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8001
@@ -75,23 +76,11 @@ class FallbackHandler(BaseHTTPRequestHandler):
         if self.server.access_log:
             super().log_message(format, *args)
 
-    def _send_json(self, status: int, payload: dict) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
     def _send_error_json(self, status: HTTPStatus, message: str) -> None:
         # vLLM's error shape: an "error" object with message, type and code.
-        self._send_json(status, {"error": {
+        send_json(self, status, {"error": {
             "message": message, "type": status.phrase.replace(" ", ""), "param": None, "code": int(status),
         }})
-
-    def _write_chunk(self, data: bytes) -> None:
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-        self.wfile.flush()
 
     # -- GET --------------------------------------------------------------
 
@@ -103,7 +92,7 @@ class FallbackHandler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
         elif path == "/v1/models":
-            self._send_json(HTTPStatus.OK, {"object": "list", "data": [{
+            send_json(self, HTTPStatus.OK, {"object": "list", "data": [{
                 "id": self.server.model, "object": "model", "created": self.server.started,
                 "owned_by": "vllm-fleet", "root": self.server.model, "parent": None,
             }]})
@@ -156,7 +145,7 @@ class FallbackHandler(BaseHTTPRequestHandler):
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "stop"}
             kind, prefix = "text_completion", "cmpl"
-        self._send_json(HTTPStatus.OK, {
+        send_json(self, HTTPStatus.OK, {
             "id": f"{prefix}-{uuid.uuid4().hex}", "object": kind, "created": int(time.time()),
             "model": self.server.model, "choices": [choice], "usage": self._usage(prompt_tokens),
         })
@@ -171,7 +160,7 @@ class FallbackHandler(BaseHTTPRequestHandler):
                      "choices": [choice] if choice else []}
             if usage:
                 chunk["usage"] = usage
-            self._write_chunk(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            write_chunk(self, b"data: " + json.dumps(chunk).encode() + b"\n\n")
 
         self.send_response(HTTPStatus.OK)
         self.send_header("Content-Type", "text/event-stream")
@@ -192,8 +181,8 @@ class FallbackHandler(BaseHTTPRequestHandler):
         options = body.get("stream_options")
         if isinstance(options, dict) and options.get("include_usage"):
             event(None, self._usage(prompt_tokens))
-        self._write_chunk(b"data: [DONE]\n\n")
-        self._write_chunk(b"")
+        write_chunk(self, b"data: [DONE]\n\n")
+        write_chunk(self, b"")
 
 
 class FallbackServer(ThreadingHTTPServer):
@@ -231,7 +220,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--host", default=DEFAULT_HOST, help="address to bind (default %(default)s)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT,
                         help="port to bind; 0 picks a free one (default %(default)s)")
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="model name in answers and /v1/models (default %(default)s)")
+    parser.add_argument("--model", default=DEFAULT_MODEL,
+                        help="model name in answers and /v1/models (default %(default)s)")
     parser.add_argument("--text", default=DEFAULT_TEXT, help="the answer's text")
     parser.add_argument("--delay-ms", type=int, default=0, help="wait this long before each answer (default 0)")
     parser.add_argument("--access-log", action="store_true", help="log each request to stderr")
@@ -249,19 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"fallback_server: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 1
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    # serve_forever runs in a thread: shutdown() from the main thread's
-    # signal path would otherwise wait on itself.
-    thread = threading.Thread(target=server.serve_forever, name="serve", daemon=True)
-    thread.start()
-    print(f"fallback_server: listening on {server.url} (model {args.model})", file=sys.stderr, flush=True)
-    stop.wait()
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
-    print("fallback_server: stopped", file=sys.stderr, flush=True)
+    serve_until_signal(server, f"fallback_server: listening on {server.url} (model {args.model})",
+                       "fallback_server: stopped")
     return 0
 
 

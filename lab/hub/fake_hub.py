@@ -40,7 +40,6 @@ import argparse
 import hashlib
 import json
 import re
-import signal
 import socket
 import sys
 import threading
@@ -48,6 +47,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
+
+from lab_http import serve_until_signal
 
 DEFAULT_BIND = "127.0.0.1"
 DEFAULT_PORT = 8090
@@ -377,18 +378,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"fake_hub: cannot listen on {args.bind}:{args.port}: {exc}", file=sys.stderr)
         return 1
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    thread = threading.Thread(target=server.serve_forever, name="serve", daemon=True)
-    thread.start()
     revisions = ", ".join([s.commit for s in snapshots] + [f"{b}={c[:12]}" for b, c in server.branches.items()])
-    print(f"fake_hub: serving {args.repo} at {server.url} ({revisions})", file=sys.stderr, flush=True)
-    stop.wait()
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
-    print("fake_hub: stopped", file=sys.stderr, flush=True)
+    serve_until_signal(server, f"fake_hub: serving {args.repo} at {server.url} ({revisions})", "fake_hub: stopped")
     return 0
 
 

@@ -27,9 +27,28 @@ describe_pids() {
   echo "${out[*]}"
 }
 
+# need_running_host HOST [USAGE]: HOST is a lab host and running; no HOST at all: die USAGE.
 need_running_host() {
+  [[ -n $1 ]] || die "${2:-no HOST given}"
   check_host_name "$1"
   host_running "$1" || die "$1 is not running (lab/lab.sh status; lab/lab.sh up)"
+}
+
+# need_procs_matching ARRAY HOST WHY REGEX...: ARRAY gets the PIDs of HOST's processes matching the
+# first REGEX that any matches; none matches: die WHY. A nameref, not $(...): die must end the run.
+need_procs_matching() {
+  local -n __pids=$1
+  local name=$2 why=$3 re
+  for re in "${@:4}"; do
+    mapfile -t __pids < <(host_procs_matching "$name" "$re")
+    ((${#__pids[@]})) && return 0
+  done
+  die "$why"
+}
+# The same for the engine's processes, REGEX... as above.
+need_engine_procs() {
+  need_procs_matching "$1" "$2" \
+    "no vLLM engine process in $2 (titles matching $LAB_ENGINE_PROC_RE): is vLLM serving there?" "${@:3}"
 }
 
 # ---- slow-prefill: a CFS CPU quota on the host's engine processes ---------------------------------
@@ -44,12 +63,10 @@ need_running_host() {
 # EngineCore 30 % → TTFT median 100 ms (from 42), EngineCore + Worker_TP0 sharing 30 % → 177 ms.
 fault_slow_prefill() {
   local name=${1:-} quota=${2:-30}
-  [[ -n $name ]] || die "usage: lab.sh fault slow-prefill HOST [QUOTA%]  (QUOTA: % of one CPU, 1-200, default 30)"
-  need_running_host "$name"
+  need_running_host "$name" "usage: lab.sh fault slow-prefill HOST [QUOTA%]  (QUOTA: % of one CPU, 1-200, default 30)"
   [[ $quota =~ ^[0-9]+$ ]] && ((quota >= 1 && quota <= 200)) || die "QUOTA must be 1..200 (% of one CPU), got '$quota'"
   local pids
-  mapfile -t pids < <(host_procs_matching "$name" "$LAB_ENGINE_PROC_RE")
-  ((${#pids[@]})) || die "no vLLM engine process in $name (titles matching $LAB_ENGINE_PROC_RE): is vLLM serving there?"
+  need_engine_procs pids "$name" "$LAB_ENGINE_PROC_RE"
   local cg=$CPU_CG/$LAB_CGROUP/$name/slow-prefill p orig
   mkdir -p "$cg"
   echo 100000 >"$cg/cpu.cfs_period_us"
@@ -94,12 +111,9 @@ fault_slow_prefill_off() {
 # the engine workers are stopped instead, which looks the same from the API.
 fault_wedge() {
   local name=${1:-}
-  [[ -n $name ]] || die "usage: lab.sh fault wedge HOST"
-  need_running_host "$name"
+  need_running_host "$name" "usage: lab.sh fault wedge HOST"
   local pids
-  mapfile -t pids < <(host_procs_matching "$name" "$LAB_ENGINE_CORE_RE")
-  ((${#pids[@]})) || mapfile -t pids < <(host_procs_matching "$name" "$LAB_ENGINE_PROC_RE")
-  ((${#pids[@]})) || die "no vLLM engine process in $name (titles matching $LAB_ENGINE_PROC_RE): is vLLM serving there?"
+  need_engine_procs pids "$name" "$LAB_ENGINE_CORE_RE" "$LAB_ENGINE_PROC_RE"
   kill -STOP "${pids[@]}"
   printf '%s\n' "${pids[@]}" >>"$STATE_DIR/$name.fault.wedge"
   log "fault wedge $name: SIGSTOP $(describe_pids "${pids[@]}"); undo: lab/lab.sh fault unwedge $name"
@@ -180,8 +194,7 @@ fault_host_start() {
 # ---- kill-gate: kill -9 the gate service's main process ------------------------------------------
 fault_kill_gate() {
   local name=${1:-} unit=${2:-$LAB_GATE_UNIT}
-  [[ -n $name ]] || die "usage: lab.sh fault kill-gate HOST [UNIT]  (UNIT default: $LAB_GATE_UNIT)"
-  need_running_host "$name"
+  need_running_host "$name" "usage: lab.sh fault kill-gate HOST [UNIT]  (UNIT default: $LAB_GATE_UNIT)"
   local main new deadline
   main=$(host_exec "$name" systemctl show -P MainPID "$unit" 2>/dev/null) || main=0
   [[ $main =~ ^[1-9][0-9]*$ ]] || die "$unit has no main process on $name (not installed or not running: systemctl status $unit)"
@@ -303,11 +316,9 @@ fault_clear_host() {
 # the undo is a restart of the whole engine (rolling-restart.yml or site.yml).
 fault_kill_ray_worker() {
   local name=${1:-}
-  [[ -n $name ]] || die "usage: lab.sh fault kill-ray-worker HOST"
-  need_running_host "$name"
+  need_running_host "$name" "usage: lab.sh fault kill-ray-worker HOST"
   local pids
-  mapfile -t pids < <(host_procs_matching "$name" "$LAB_RAY_WORKER_RE")
-  ((${#pids[@]})) || die "no Ray worker process on $name (is the engine running there over Ray? lab/lab.sh ssh $name systemctl status vllm ray)"
+  need_procs_matching pids "$name" "no Ray worker process on $name (is the engine running there over Ray? lab/lab.sh ssh $name systemctl status vllm ray)" "$LAB_RAY_WORKER_RE"
   local what
   what=$(describe_pids "${pids[@]}")
   kill -KILL "${pids[@]}"

@@ -247,7 +247,9 @@ def fake_hub_up(cut_after: int | None = None) -> None:
     /run (so neither ps, the journal nor test_security.py's paths hold it), and wait until it
     answers. ``cut_after``: cut the first GET of the largest file once, after that many bytes."""
     fake_hub_down()
-    put_file(HUB_HOST, "/opt/lab-hub/fake_hub.py", (REPO / "lab" / "hub" / "fake_hub.py").read_text())
+    # fake_hub.py and what it imports from beside it (lab_http.py).
+    for path in sorted((REPO / "lab" / "hub").glob("*.py")):
+        put_file(HUB_HOST, f"/opt/lab-hub/{path.name}", path.read_text())
     put_file(HUB_HOST, "/run/lab-hub/token", lab_secrets()["vllm_install_hf_token"] + "\n", mode="0600")
     b = "/var/lib/lab-hub/b"
     on_host(HUB_HOST, f"mkdir -p {b} && ln -sf /srv/models/tiny/* {b}/ &&"

@@ -23,6 +23,7 @@ if str(CONSUMER) not in sys.path:
     sys.path.insert(0, str(CONSUMER))
 
 import fallback_server  # noqa: E402
+from lab_http import send_json, write_chunk  # noqa: E402
 
 # What a stub engine does with each chat request.
 HEALTHY = "healthy"
@@ -59,8 +60,9 @@ class _StubHandler(BaseHTTPRequestHandler):
             # Like some servers, quote the request in the message: the client
             # must log only the error's type.
             first = body["messages"][-1]["content"]
-            self._json(self.server.status_code, {"error": {
-                "message": f"refused: {first}" + " " * self.server.error_pad, "type": "StubError", "code": self.server.status_code}})
+            send_json(self, self.server.status_code, {"error": {
+                "message": f"refused: {first}" + " " * self.server.error_pad, "type": "StubError",
+                "code": self.server.status_code}})
             return
         if behaviour == BAD_JSON:
             data = b"<html>not json</html>"
@@ -72,21 +74,9 @@ class _StubHandler(BaseHTTPRequestHandler):
         if body.get("stream"):
             self._stream(broken=behaviour == BREAK_STREAM)
         else:
-            self._json(200, {"id": "chatcmpl-stub", "object": "chat.completion", "model": "tiny",
-                             "choices": [{"index": 0, "finish_reason": "stop",
-                                          "message": {"role": "assistant", "content": self.server.answer}}]})
-
-    def _json(self, status, payload):
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _chunk(self, data: bytes):
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-        self.wfile.flush()
+            send_json(self, 200, {"id": "chatcmpl-stub", "object": "chat.completion", "model": "tiny",
+                                  "choices": [{"index": 0, "finish_reason": "stop",
+                                               "message": {"role": "assistant", "content": self.server.answer}}]})
 
     def _stream(self, broken: bool):
         self.send_response(200)
@@ -101,9 +91,9 @@ class _StubHandler(BaseHTTPRequestHandler):
                 return
             chunk = {"object": "chat.completion.chunk",
                      "choices": [{"index": 0, "delta": {"content": word if i == 0 else " " + word}}]}
-            self._chunk(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-        self._chunk(b"data: [DONE]\n\n")
-        self._chunk(b"")
+            write_chunk(self, b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        write_chunk(self, b"data: [DONE]\n\n")
+        write_chunk(self, b"")
 
 
 class StubEngine(ThreadingHTTPServer):

@@ -151,7 +151,8 @@ def test_a_wrong_token_fails_and_the_message_names_what_to_set_without_it(hub, t
     kind = hub_model.classify(out.returncode, out.stderr)
     assert kind == hub_model.AUTH
     message = hub_model.failure_message(kind, repo_id="org/tiny", revision=REV, endpoint=server.url,
-                                        folder=str(tmp_path / "out"), rerun="ansible-playbook -i inventory/lab site.yml",
+                                        folder=str(tmp_path / "out"),
+                                        rerun="ansible-playbook -i inventory/lab site.yml",
                                         hf_error=hub_model.last_error(out.stderr), secrets=[wrong])
     assert "vllm_install_hf_token" in message and server.url in message and REV in message
     assert wrong not in message and TOKEN not in message

@@ -1,4 +1,4 @@
-"""Tests for lab/consumer/session_client.py against real loopback servers.
+"""Tests for lab/consumer/session_client.py and its parts (session_*.py) against real loopback servers.
 
 The primary is a stub engine (tests/unit/lab/conftest.py) that can be made
 healthy, slow, failing or stream-breaking; the fallback is the real
@@ -18,6 +18,12 @@ from pathlib import Path
 
 import pytest
 import session_client as sc
+from session_conversation import estimate_tokens, trim_messages
+from session_endpoint import Endpoint, EndpointError, parse_env, public_url, read_endpoint
+from session_http import post_chat
+from session_log import JsonlLog
+from session_runner import Client
+from session_summary import summarise
 
 SCRIPT = Path(sc.__file__)
 API_KEY = "sk-lab-0123456789abcdef-secret"
@@ -56,15 +62,15 @@ def run(endpoint_file, log: Path, *extra: str, fallback: str | None = None) -> l
     ("EMPTY=\n", {"EMPTY": ""}),
 ])
 def test_parse_env(text, expected):
-    assert sc.parse_env(text) == expected
+    assert parse_env(text) == expected
 
 
 def test_read_endpoint(tmp_path):
     path = tmp_path / "endpoint.env"
     path.write_text("VLLM_FLEET_MODE=gate\nOPENAI_BASE_URL=http://10.200.0.13:8080/v1/\n"
                     f"OPENAI_MODEL=tiny\nOPENAI_API_KEY={API_KEY}\n")
-    endpoint = sc.read_endpoint(str(path))
-    assert endpoint == sc.Endpoint("http://10.200.0.13:8080/v1", "gate", "tiny", API_KEY)
+    endpoint = read_endpoint(str(path))
+    assert endpoint == Endpoint("http://10.200.0.13:8080/v1", "gate", "tiny", API_KEY)
     assert API_KEY not in repr(endpoint)
 
 
@@ -77,13 +83,13 @@ def test_read_endpoint_unusable(tmp_path, content, message):
     path = tmp_path / "endpoint.env"
     if content is not None:
         path.write_text(content)
-    with pytest.raises(sc.EndpointError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        sc.read_endpoint(str(path))
+    with pytest.raises(EndpointError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        read_endpoint(str(path))
 
 
 def test_public_url_drops_credentials():
-    assert sc.public_url("http://user:pw@10.0.0.1:8000/v1") == "http://10.0.0.1:8000/v1"
-    assert sc.public_url("http://10.0.0.1:8000/v1") == "http://10.0.0.1:8000/v1"
+    assert public_url("http://user:pw@10.0.0.1:8000/v1") == "http://10.0.0.1:8000/v1"
+    assert public_url("http://10.0.0.1:8000/v1") == "http://10.0.0.1:8000/v1"
 
 
 # -- trimming -------------------------------------------------------------
@@ -110,11 +116,11 @@ SYS = _msg("system", 36)  # 9 + 4 = 13 tokens
      45, [2, 3, 4]),
 ])
 def test_trim_messages(messages, budget, kept):
-    assert sc.trim_messages(messages, budget) == [messages[i] for i in kept]
+    assert trim_messages(messages, budget) == [messages[i] for i in kept]
 
 
 def test_estimate_tokens_is_four_chars_a_token_plus_overhead():
-    assert sc.estimate_tokens([_msg("user", 8), _msg("assistant", 9)]) == (2 + 4) + (3 + 4)
+    assert estimate_tokens([_msg("user", 8), _msg("assistant", 9)]) == (2 + 4) + (3 + 4)
 
 
 # -- requests against the primary -----------------------------------------
@@ -153,7 +159,7 @@ def test_history_accumulates_within_the_context_budget(make_engine, endpoint_fil
     assert [len(m) for m in sent[:3]] == [2, 4, 6]
     assert sent[1][2] == {"role": "assistant", "content": engine.answer}
     # ...until the budget (300 - 20 answer tokens) forces the oldest turns out.
-    assert all(sc.estimate_tokens(m) <= 280 for m in sent)
+    assert all(estimate_tokens(m) <= 280 for m in sent)
     assert len(sent[-1]) < 2 * 12
     for messages in sent:
         assert messages[0]["role"] == "system"
@@ -168,8 +174,8 @@ def test_endpoint_file_is_reread_before_every_request(make_engine, fallback, end
     log = tmp_path / "log.jsonl"
     opts = sc.parse_args(client_args(endpoint_file, log, "--sessions", "3", "--think-ms", "20",
                                      "--duration", "10", fallback=fallback.url))
-    jsonl = sc.JsonlLog(str(log))
-    client = sc.Client(opts, jsonl)
+    jsonl = JsonlLog(str(log))
+    client = Client(opts, jsonl)
     thread = threading.Thread(target=client.run)
     thread.start()
     try:
@@ -320,7 +326,7 @@ def test_streaming_fallback_is_streamed_too(make_engine, fallback, endpoint_file
 
 def test_read_stream_of_the_real_fallback_server(fallback):
     body = {"messages": [{"role": "user", "content": "hi"}], "stream": True}
-    assert sc.post_chat(fallback.url, body, timeout=2).text == fallback.text
+    assert post_chat(fallback.url, body, timeout=2).text == fallback.text
 
 
 # -- what the log must never hold -----------------------------------------
@@ -382,7 +388,7 @@ def iso(at: float) -> str:
      {"ok": 2, "fallback": 4, "error": 0}, 1, {"requests": 4, "seconds": 4.0, "start": iso(2), "last_start": iso(5)}),
 ])
 def test_summarise_crafted(records, outcomes, runs, longest):
-    summary = sc.summarise(records)
+    summary = summarise(records)
     assert summary["records"] == len(records)
     assert summary["outcomes"] == outcomes
     assert summary["fallback_runs"] == runs
@@ -393,14 +399,14 @@ def test_summarise_crafted(records, outcomes, runs, longest):
 def test_summarise_modes_timestamps_and_window():
     records = [rec(0, "ok", mode="direct"), rec(1, "fallback"), rec(2, "error", mode=None),
                rec(3, "fallback"), rec(4, "ok")]
-    summary = sc.summarise(records)
+    summary = summarise(records)
     assert summary["by_mode"] == {"direct": {"ok": 1, "fallback": 0, "error": 0},
                                   "gate": {"ok": 1, "fallback": 2, "error": 0},
                                   "unknown": {"ok": 0, "fallback": 0, "error": 1}}
     assert (summary["first_ts"], summary["last_ts"]) == (iso(0), iso(4))
     assert (summary["first_fallback_ts"], summary["last_fallback_ts"]) == (iso(1), iso(3))
     assert (summary["first_error_ts"], summary["last_error_ts"]) == (iso(2), iso(2))
-    window = sc.summarise(records, since=T0 + timedelta(seconds=2.5), until=T0 + timedelta(seconds=3.5))
+    window = summarise(records, since=T0 + timedelta(seconds=2.5), until=T0 + timedelta(seconds=3.5))
     assert window["outcomes"] == {"ok": 0, "fallback": 1, "error": 0}
 
 
@@ -534,12 +540,12 @@ def test_sigterm_between_turns(make_engine, endpoint_file, tmp_path):
 
 def test_log_appends_and_survives_rotation(tmp_path):
     path = tmp_path / "a" / "log.jsonl"
-    log = sc.JsonlLog(str(path))
+    log = JsonlLog(str(path))
     log.write({"n": 1})
     os.rename(path, tmp_path / "rotated.jsonl")
     log.write({"n": 2})
     log.close()
-    log = sc.JsonlLog(str(path))
+    log = JsonlLog(str(path))
     log.write({"n": 3})
     log.close()
     log.write({"n": 4})  # after close: dropped, not an exception

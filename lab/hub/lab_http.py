@@ -1,0 +1,1 @@
+../consumer/lab_http.py
