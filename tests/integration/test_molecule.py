@@ -44,6 +44,7 @@ ROLES_IN_ORDER = [
     "restart_schedule",
     "serving_endpoint",
     "fleet_report",
+    "fleet_steps",
     "serving_cutover",
     "gate_service",
 ]
@@ -61,6 +62,8 @@ CONVERGED_BY = {
     "vllm_verify": "test_site.py",
     "engine_recovery": "test_site.py",
     "fleet_report": "test_site.py",
+    # Its canary (vllm_verify's) and its report (fleet_report's) in every site.yml run.
+    "fleet_steps": "test_site.py",
     # test_both_cutovers_under_load_have_zero_errors_and_zero_fallbacks: the gate cutover (its
     # gate_up.yml starts gate_service on the gate host), the direct cutover, each rerun with
     # changed=0. serving_cutover's verify reads the end state they leave (direct mode, the gate
