@@ -328,13 +328,38 @@ def pool_check(before: t.Any, after: t.Any, tolerance: t.Any) -> dict:
     return {"before": b, "after": a, "shrink": round(shrink, 4), "ok": ok, "message": text}
 
 
+# The moments engine.yml notes (epoch seconds): the drain, Ray's stop, the
+# server's start, the engine proven ready, and the engine back in service.
+MARKS = ("drain", "stop", "start", "ready", "back")
+
+
+def timings(marks: t.Any, boot_s: t.Any) -> dict:
+    """A restart's figures, in seconds to one decimal, from the moments its
+    steps began (``MARKS``) and the engine's boot (first /health 200):
+    ``drained_s`` (drain to back), ``downtime_s`` (Ray's stop to ready),
+    ``ray_s`` (stop to the server's start), ``checks_s`` (start to ready, less
+    the boot: the completion, pool, flags and baseline), ``overhead_s`` (the
+    drained time less Ray and the boot) and ``engine_boot_s``."""
+    at = {k: finite_float((marks if isinstance(marks, dict) else {}).get(k)) for k in MARKS}
+    boot = finite_float(boot_s)
+    missing = [k for k in MARKS if at[k] is None] + (["the boot"] if boot is None else [])
+    if missing:
+        raise PlanError("a restart's timings need every moment and the boot, missing: %s" % ", ".join(missing))
+    drained = at["back"] - at["drain"]
+    ray = at["start"] - at["stop"]
+    return {"drained_s": round(drained, 1), "downtime_s": round(at["ready"] - at["stop"], 1), "ray_s": round(ray, 1),
+            "checks_s": round(at["ready"] - at["start"] - boot, 1), "overhead_s": round(drained - ray - boot, 1),
+            "engine_boot_s": round(boot, 1)}
+
+
 def report(plan_: t.Any, results: t.Any, consumers_t: t.Any = None, failed: t.Any = "") -> dict:
     """The run's report: the plan's engines with what happened to each.
 
     ``results`` maps an engine to what its restart recorded (engine.yml);
     ``consumers_t`` holds the epoch seconds at which the direct-mode
     consumers were moved ``away`` and ``back``, which the restarted engine's
-    ``drained_s`` and ``overhead_s`` then include.
+    ``drained_s`` and ``overhead_s`` then include. A result's ``marks`` (the
+    moments of ``MARKS``) become its figures (:func:`timings`).
     """
     if not isinstance(plan_, dict) or not isinstance(plan_.get("engines"), list):
         raise PlanError("the plan must be what restart_plan returned")
@@ -346,6 +371,8 @@ def report(plan_: t.Any, results: t.Any, consumers_t: t.Any = None, failed: t.An
         row = {k: e.get(k) for k in ("name", "hosts", "verdict", "summary", "action", "reason")}
         row["drain"] = (e.get("drain") or {}).get("kind")
         got = results.get(e["name"])
+        if isinstance(got, dict) and "marks" in got:
+            got = {**{k: v for k, v in got.items() if k != "marks"}, **timings(got["marks"], got.get("engine_boot_s"))}
         if e.get("action") == "restart":
             row.update(got if isinstance(got, dict) else {"outcome": "not reached"})
         else:

@@ -661,3 +661,44 @@ def test_a_refusal_names_the_accepting_command_with_the_runs_inventory():
 def test_without_an_inventory_arg_the_commands_have_no_gap(inventory_arg):
     assert rp.command(inventory_arg, rp.PLAYBOOK, rp.ACCEPT) == \
         "ansible-playbook playbooks/rolling-restart.yml -e restart_accept_outage=true"
+
+
+# --- timings: the figures from the moments engine.yml notes ---------------------------------
+
+MARKS = {"drain": "1000.0", "stop": "1002.5", "start": "1010.0", "ready": "1050.0", "back": "1051.0"}
+
+
+def test_timings_from_the_moments():
+    assert rp.timings(MARKS, "35.04") == {
+        "drained_s": 51.0,      # drain to back
+        "downtime_s": 47.5,     # Ray's stop to ready
+        "ray_s": 7.5,           # stop to the server's start
+        "checks_s": 5.0,        # start to ready, less the boot
+        "overhead_s": 8.5,      # drained, less Ray and the boot
+        "engine_boot_s": 35.0,
+    }
+
+
+@pytest.mark.parametrize("marks, boot, missing", [
+    ({**MARKS, "ready": None}, 35, "ready"),
+    ({k: v for k, v in MARKS.items() if k != "drain"}, 35, "drain"),
+    (MARKS, "nan", "the boot"),
+    (None, None, "drain, stop, start, ready, back, the boot"),
+])
+def test_timings_need_every_moment(marks, boot, missing):
+    with pytest.raises(rp.PlanError, match="missing: " + missing):
+        rp.timings(marks, boot)
+
+
+def test_report_turns_the_moments_into_the_figures():
+    """engine.yml records the moments; the report holds the figures, and the fed engine's drained time
+    still includes the consumers' time away."""
+    p = _direct_plan()
+    results = {"e2": {"outcome": "restarted", "marks": MARKS, "engine_boot_s": "35.04"},
+               "e1": {"outcome": "restarted", "marks": MARKS, "engine_boot_s": 35}}
+    r = rp.report(p, results, consumers_t={"away": 990.0, "back": 1070.0})
+    rows = {e["name"]: e for e in r["engines"]}
+    assert "marks" not in rows["e2"]
+    assert {k: rows["e2"][k] for k in ("drained_s", "downtime_s", "ray_s", "checks_s", "overhead_s")} == {
+        "drained_s": 51.0, "downtime_s": 47.5, "ray_s": 7.5, "checks_s": 5.0, "overhead_s": 8.5}
+    assert rows["e1"]["drained_s"] == 80.0 and rows["e1"]["overhead_s"] == 37.5  # 8.5 + (80 - 51)
