@@ -35,7 +35,8 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     if os.environ.get("VLLM_FLEET_LAB") == "1":
         return
-    skip = pytest.mark.skip(reason="lab tests need the lab: run `make lab-up` and set VLLM_FLEET_LAB=1 (make test does both)")
+    skip = pytest.mark.skip(
+        reason="lab tests need the lab: run `make lab-up` and set VLLM_FLEET_LAB=1 (make test does both)")
     for item in items:
         if "integration" in str(item.fspath):
             item.add_marker(skip)

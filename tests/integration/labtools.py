@@ -126,7 +126,8 @@ def start_playbook(playbook: str, *args: str, out: Path, inventory: Path = LAB_I
     to ``out``, in a session of its own: ``interrupt`` then sends SIGINT to its process
     group, as Ctrl-C does."""
     with out.open("w") as fh:
-        return subprocess.Popen([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), playbook, *args],
+        return subprocess.Popen([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), playbook,
+                                 *args],
                                 cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
                                 env={**os.environ, **play_env()})
 
@@ -175,7 +176,8 @@ def said(result: PlayResult, text: str) -> bool:
 
 
 def lab_sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run([str(REPO / "lab" / "lab.sh"), *args], check=check, capture_output=True, text=True, timeout=600)
+    return subprocess.run([str(REPO / "lab" / "lab.sh"), *args], check=check, capture_output=True, text=True,
+                          timeout=600)
 
 
 def on_host(host: str, cmd: str) -> str:
@@ -266,10 +268,10 @@ def fake_hub_up(cut_after: int | None = None) -> None:
         try:
             urllib.request.urlopen(f"http://{HUB_ADDRESS}:{HUB_PORT}/api/agent-harnesses", timeout=2).read()
             return
-        except OSError:
+        except OSError as exc:
             if time.monotonic() > deadline:
                 raise AssertionError("the lab's hub did not answer in 30 s: "
-                                     + on_host(HUB_HOST, "journalctl -u lab-fake-hub --no-pager -n 20"))
+                                     + on_host(HUB_HOST, "journalctl -u lab-fake-hub --no-pager -n 20")) from exc
             time.sleep(0.2)
 
 

@@ -89,7 +89,9 @@ def an_application_from_the_endpoint_file() -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
     env.update(endpoint_variables())
     out = subprocess.run([sys.executable, "-c", APPLICATION], env=env, capture_output=True, text=True, timeout=120)
-    return out.stdout.strip() if out.returncode == 0 else (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
+    if out.returncode == 0:
+        return out.stdout.strip()
+    return (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
 
 
 def gate_health() -> str:
@@ -234,7 +236,8 @@ def test_a_cutover_with_a_wedged_engine_leaves_the_consumers_where_they_were(cli
     before = endpoint_env()
     lab_sh("fault", "wedge", "lab1")
     try:
-        r = play("playbooks/gate-cutover.yml", "-e", "vllm_fleet_confirm=gate", "-e", "serving_cutover_probe_timeout=10")
+        r = play("playbooks/gate-cutover.yml", "-e", "vllm_fleet_confirm=gate",
+                 "-e", "serving_cutover_probe_timeout=10")
         assert r.rc != 0
     finally:
         lab_sh("fault", "unwedge", "lab1")
@@ -294,11 +297,13 @@ def test_the_gate_killed_during_a_cutover_then_while_serving_then_the_controller
     pid_before = on_host("lab3", "systemctl show -p MainPID --value vllm-fleet-gate.service").strip()
     since = now_ts()
     lab_sh("fault", "kill-gate", "lab3")
-    wait_for(lambda: on_host("lab3", "systemctl show -p MainPID --value vllm-fleet-gate.service").strip() not in ("0", pid_before)
+    wait_for(lambda: on_host("lab3", "systemctl show -p MainPID --value vllm-fleet-gate.service").strip()
+             not in ("0", pid_before)
              and gate_health() == "200",
              60, "systemd to restart the gate")
     mark = now_ts()
-    wait_for(lambda: summary(mark)["by_mode"].get("gate", {}).get("ok", 0) >= 3, 60, "answers through the restarted gate")
+    wait_for(lambda: summary(mark)["by_mode"].get("gate", {}).get("ok", 0) >= 3, 60,
+             "answers through the restarted gate")
     s = summary(since)
     print(f"fault kill-gate: {s['outcomes'].get('error', 0)} failed, {s['outcomes'].get('fallback', 0)} fell back,"
           f" outage as the application saw it {s['longest_fallback_run_s']} s")

@@ -13,10 +13,9 @@ import re
 
 import pytest
 import yaml
+from labtools import REPO, SITE_REPORT, invocation, lab_args, lab_sh, on_host, plain, said
 
 pytestmark = pytest.mark.lab
-
-from labtools import REPO, SITE_REPORT, invocation, lab_args, lab_sh, on_host, plain, said
 
 
 def test_first_converge_serves_tp2_over_ray_across_two_hosts(play):
@@ -146,7 +145,8 @@ def test_each_step_runs_without_its_preflight(play):
     [
         ({"vllm_server_tensor_parallel_size": 4},
          "2 host(s) x 1 GPU(s) per host = 2 GPUs, but tensor parallel 4 x pipeline parallel 1 = 4"),
-        ({"vllm_server_max_model_len": 4096}, "sets vllm_server_max_model_len, which is gone: use vllm_fleet_context_tokens"),
+        ({"vllm_server_max_model_len": 4096},
+         "sets vllm_server_max_model_len, which is gone: use vllm_fleet_context_tokens"),
         (lab_args(no_such_flag=1), "has no --no-such-flag"),
         ({"vllm_install_model_source": "host:/srv/models/absent"}, "No model at /srv/models/absent"),
         ({"vllm_fleet_rank": ""}, "or an integer vllm_fleet_rank"),

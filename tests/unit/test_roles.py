@@ -205,10 +205,12 @@ def test_a_missing_vault_secret_gets_the_gate_roles_own_message(tmp_path):
         "name": "Gate preflight without its vault", "hosts": "localhost", "gather_facts": False,
         "roles": [{"role": "vllm_fleet_defaults"}],
         "vars": {"gate_service_admin_token": "{{ vault_gate_admin_token }}"},
-        "tasks": [{"name": "Preflight", "ansible.builtin.include_role": {"name": "gate_service", "tasks_from": "preflight.yml"}}],
+        "tasks": [{"name": "Preflight",
+                   "ansible.builtin.include_role": {"name": "gate_service", "tasks_from": "preflight.yml"}}],
     }]))
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_ROLES_PATH=str(ROLES))
-    r = subprocess.run([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(playbook)],
+    r = subprocess.run([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                        str(playbook)],
                        capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode != 0
     assert "gate_service_admin_token is unset or shorter than 16 characters" in r.stdout, r.stdout[-2000:]
