@@ -36,14 +36,13 @@ import importlib
 import inspect
 import itertools
 import platform
+import runpy
 import statistics
 import sys
 import time
 import types
 import typing as t
 from pathlib import Path
-
-import ansible.module_utils
 
 REPO = Path(__file__).resolve().parent.parent
 MODULE_UTILS = REPO / "plugins" / "module_utils"
@@ -52,8 +51,7 @@ PROPERTY_TESTS = TESTS / "unit" / "module_utils"
 
 # As tests/conftest.py does (and Ansible at run time, through ansible.cfg's
 # module_utils): the project's module_utils import as ansible.module_utils.<name>.
-if str(MODULE_UTILS) not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(str(MODULE_UTILS))
+runpy.run_path(str(REPO / "plugins" / "module_utils_path.py"))
 # What pytest puts on sys.path for these tests: tests/ (hostile.py,
 # help_tables.py, filter_plugins.py), the tests' own directory (one test
 # module imports another) and library/ (the modules, imported by name).

@@ -25,19 +25,17 @@ import os
 import platform
 import random
 import re
+import runpy
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import ansible.module_utils
-
 REPO = Path(__file__).resolve().parent.parent
 # As Ansible does at run time (ansible.cfg's module_utils): the parser imports
 # its helpers as ansible.module_utils.<name>.
-if str(REPO / "plugins" / "module_utils") not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(str(REPO / "plugins" / "module_utils"))
+runpy.run_path(str(REPO / "plugins" / "module_utils_path.py"))
 from ansible.module_utils import vllm_kv_cache as kv  # noqa: E402
 
 OUT = REPO / "bench" / "out"
@@ -136,11 +134,11 @@ def time_parser(path: Path) -> "tuple[float, kv.KvCacheReport]":
 
 def peak_rss_mib(path: Path) -> float:
     """Peak RSS of a fresh process that runs the parser over the file."""
-    code = ("import resource, ansible.module_utils as mu; mu.__path__.append(%r); "
+    code = ("import resource, runpy; runpy.run_path(%r); "
             "from ansible.module_utils import vllm_kv_cache as kv; "
             "kv.scan_chunks(kv.file_chunks(%r)); "
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
-            % (str(REPO / "plugins" / "module_utils"), str(path)))
+            % (str(REPO / "plugins" / "module_utils_path.py"), str(path)))
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     return int(out.stdout.strip()) / 1024.0
 

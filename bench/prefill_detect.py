@@ -49,6 +49,7 @@ import datetime
 import importlib.util
 import json
 import os
+import runpy
 import shlex
 import statistics
 import subprocess
@@ -60,10 +61,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 # The toolkit's Ansible settings (vault password file, collections) wherever it is run from.
 os.environ.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
-import ansible.module_utils as _mu  # noqa: E402  (the project's module_utils, as Ansible loads them)
-
-if str(REPO / "plugins" / "module_utils") not in _mu.__path__:
-    _mu.__path__.append(str(REPO / "plugins" / "module_utils"))
+# The project's module_utils, as Ansible loads them.
+runpy.run_path(str(REPO / "plugins" / "module_utils_path.py"))
 from ansible.module_utils import prefill  # noqa: E402
 from ansible.module_utils.prefill_client import EngineClient  # noqa: E402
 from ansible.module_utils.prefill_probe import probe, record  # noqa: E402

@@ -8,6 +8,7 @@ tests a ``run_module`` helper that runs a module's ``main()`` in-process.
 from __future__ import annotations
 
 import json
+import runpy
 import sys
 from pathlib import Path
 
@@ -16,11 +17,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
 
-import ansible.module_utils  # noqa: E402
-
-_MU = str(REPO / "plugins" / "module_utils")
-if _MU not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(_MU)
+runpy.run_path(str(REPO / "plugins" / "module_utils_path.py"))
 if str(REPO / "library") not in sys.path:
     sys.path.insert(0, str(REPO / "library"))
 

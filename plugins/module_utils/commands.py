@@ -3,8 +3,7 @@ and hints: the run's own ``-i`` options (vllm_fleet_inventory_arg) before the
 playbook, so that a copied command reaches the inventory of the run that
 printed it.
 
-Standard library only: filter plugins load it by path, as
-``ansible.module_utils.commands``, before the logic that imports it.
+Standard library only.
 """
 from __future__ import annotations
 

@@ -8,8 +8,7 @@ from every host's sample (the ``gpu_preflight_clock_skew`` filter). The
 module's options are checked by :func:`validate_options` first.
 
 Standard-library only: no AnsibleModule, and of the project's other
-module_utils only ``versions.py`` (standard-library only too), so the filter
-plugin can load both by path. Everything is
+module_utils only ``versions.py`` (standard-library only too). Everything is
 pure except :func:`check_disk_path`, which measures the filesystem
 (``statvfs``) and walks what is already staged there.
 The GPU checks take the ``SmiReport`` of :mod:`nvidia_smi`.

@@ -12,8 +12,8 @@ Python raises on numbers past what an int or a float holds, each its own way:
 goes through :func:`finite` first (inf, nan and such an int are no reading),
 and a value quoted in a message through :func:`shown`.
 
-Standard library only and no import of the project's other module_utils, so a
-filter plugin can load this file by path.
+Standard library only and no import of the project's other module_utils:
+any of them may import it.
 """
 from __future__ import annotations
 

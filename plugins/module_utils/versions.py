@@ -15,8 +15,8 @@ version's numbers are ASCII digits (``\\d`` and ``int()`` also take Arabic-Indic
 and full-width ones) and at most :data:`MAX_DIGITS` of them: no release is
 numbered past that, and ``int()`` refuses more than 4,300 digits.
 
-Standard library only and no import of the project's other module_utils, so a
-filter plugin can load this file by path.
+Standard library only and no import of the project's other module_utils:
+any of them may import it.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Tests for plugins/filter/restart.py: the rolling restart's filters reach
-restart_plan.py and schedule.py (loaded by file path) and turn their
+restart_plan.py and schedule.py and turn their
 PlanError and ScheduleError into AnsibleFilterError with the same message.
 
 The logic itself is tested in tests/unit/module_utils/test_restart_plan.py
