@@ -198,7 +198,7 @@ def collect() -> "tuple[list[Case], list[str]]":
                 before = len(_recorded)
                 try:
                     test(**kwargs)
-                except Exception as e:  # a test's own assertion or setup failed
+                except Exception as e:  # noqa: BLE001  (a test's own assertion or setup failed)
                     skipped.append("%s: the test raised %s: %s" % (label, type(e).__name__, e))
                 if len(_recorded) == before:
                     skipped.append("%s: made no assert_linear call" % label)

@@ -96,7 +96,7 @@ def generate(path: Path, size: int) -> None:
     boots = [((FIXTURES / name).read_text(encoding="utf-8"), share) for name, share in BOOTS]
     written = 0
     with open(path, "wb") as f:
-        for i, (text, share) in enumerate(boots):
+        for i, (text, _share) in enumerate(boots):
             end = size if i + 1 == len(boots) else int(size * boots[i + 1][1])
             f.write("\n".join(colour(line) for line in text.splitlines()).encode() + b"\n")
             written = f.tell()

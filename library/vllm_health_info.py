@@ -141,9 +141,9 @@ journal_tail:
 root_cause:
   description:
     - >-
-      When the unit is dead or not ready yet, the last exception line (C(SomethingError: ...)) in its current run's journal,
-      without vLLM's wrappers that only point elsewhere (C(Engine core initialization failed. See root cause above),
-      C(... See stack trace for root cause.)).
+      When the unit is dead or not ready yet, the last exception line (C(SomethingError: ...)) in its current run's
+      journal, without vLLM's wrappers that only point elsewhere (C(Engine core initialization failed. See root cause
+      above), C(... See stack trace for root cause.)).
     - Null when the server is ready, without O(unit), or when its journal holds no exception.
   returned: always
   type: str

@@ -81,7 +81,7 @@ def _get(hv, key: str):
     toolkit's default."""
     try:
         value = hv.get(key)
-    except Exception:  # an undefined variable inside the value: treat as unset
+    except Exception:  # noqa: BLE001  (an undefined variable inside the value: treat as unset)
         value = None
     return fleet_defaults().get(key) if value is None else value
 
@@ -91,7 +91,7 @@ def _set(hv, key: str) -> bool:
     template)."""
     try:
         return hv.get(key) is not None
-    except Exception:
+    except Exception:  # noqa: BLE001  (an undefined variable inside the value: it is set)
         return True
 
 
@@ -105,7 +105,7 @@ def _service_address(hv: dict, name: str) -> str:
     gate and the operator. The link address when the site has one network."""
     try:
         value = hv.get("vllm_fleet_service_address")
-    except Exception:  # an undefined variable inside the value: treat as unset
+    except Exception:  # noqa: BLE001  (an undefined variable inside the value: treat as unset)
         value = None
     return text(value) if value else _address(hv, name)
 
@@ -450,7 +450,8 @@ def gate_upstreams(pairs, kv_overrides=None, inventory_arg=""):
         if tokens is None:
             raise AnsibleFilterError(
                 f"engine {record['name']}: no KV pool in the boot log of {record['unit']} on {record['head']}"
-                f" ({kv.get('msg') or 'not found'}); start the engine ({command(text(inventory_arg or ''), 'site.yml')}),"
+                f" ({kv.get('msg') or 'not found'});"
+                f" start the engine ({command(text(inventory_arg or ''), 'site.yml')}),"
                 f" or set"
                 f" gate_service_kv_cache_tokens for it")
         context = kv.get("concurrency_tokens") or record.get("context_tokens")

@@ -57,7 +57,7 @@ def shown(value, limit: int = SHOWN_CHARS) -> str:
         return "a number of more than %d digits" % _SHOWN_DIGITS
     try:
         text = repr(value)
-    except Exception:  # a container holding such an int, or a repr that fails
+    except Exception:  # noqa: BLE001  (a container holding such an int, or a repr that fails)
         return "a %s" % type(value).__name__
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
@@ -68,5 +68,5 @@ def text(value) -> str:
     Never raises."""
     try:
         return str(value)
-    except Exception:
+    except Exception:  # noqa: BLE001  (whatever str() raises, as for repr() in shown)
         return shown(value)

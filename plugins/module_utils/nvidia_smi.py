@@ -414,7 +414,7 @@ def merge(table: SmiReport, query: SmiReport | None) -> SmiReport:
         row = by_index.get(gpu.index, table.gpus[position])
         unified = gpu.unified_memory or row.unified_memory
 
-        def memory(key):
+        def memory(key, gpu=gpu, row=row, unified=unified):
             if unified:
                 return None
             value = getattr(gpu, key)

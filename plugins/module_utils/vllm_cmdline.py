@@ -310,7 +310,7 @@ def parse_cmdline(cmdline: Any, table: FlagTable) -> ParsedCmdline:
             positional_done = True
 
     # FlexibleArgumentParser appends dotted keys as one JSON value after the rest
-    for dest, (flag, value, evidence) in dotted.items():
+    for dest, (_flag, value, evidence) in dotted.items():
         settings[dest] = Setting(dest, value, " ".join(evidence))
     return parsed
 

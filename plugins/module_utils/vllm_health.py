@@ -81,7 +81,7 @@ def _url_valid(url) -> bool:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             return False
-        parts.port  # raises ValueError for a port that is not one
+        _ = parts.port  # raises ValueError for a port that is not one
         parts.hostname.encode("idna")  # UnicodeError (a ValueError) where the socket would raise it
     except ValueError:  # a bad port or IPv6 literal, an empty or long label
         return False

@@ -915,7 +915,7 @@ def file_chunks(path: str, offset: int = 0, chunk_size: int = CHUNK_SIZE) -> t.I
     except OSError as e:
         raise SourceError(
             "cannot read %s: %s. Run the task with become: true or make the log readable "
-            "by the connecting user." % (path, e.strerror or e))
+            "by the connecting user." % (path, e.strerror or e)) from None
     with f:
         try:
             if offset:
@@ -926,7 +926,7 @@ def file_chunks(path: str, offset: int = 0, chunk_size: int = CHUNK_SIZE) -> t.I
                     return
                 yield data
         except OSError as e:
-            raise SourceError("cannot read %s: %s." % (path, e.strerror or e))
+            raise SourceError("cannot read %s: %s." % (path, e.strerror or e)) from None
 
 
 def unit_invocation(unit: str, props: t.Dict[str, str]) -> str:
@@ -951,7 +951,7 @@ def command_chunks(argv: t.Sequence[str], what: str, offset: int = 0,
         try:
             proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
         except (OSError, ValueError) as e:  # ValueError: a NUL byte in an argument
-            raise SourceError("cannot run %s: %s." % (argv[0], getattr(e, "strerror", None) or e))
+            raise SourceError("cannot run %s: %s." % (argv[0], getattr(e, "strerror", None) or e)) from None
         try:
             assert proc.stdout is not None
             skip = offset

@@ -24,8 +24,8 @@ IDLE = parse_metrics((Path(__file__).resolve().parents[2] / "fixtures" / "prefil
                      .read_text()).as_dict()
 KV = {"kv_cache_tokens": 4736, "full_context_sessions": 2}
 CONTEXT = 2048
-EVIDENCE_KEYS = {"probe", "probe_reason", "ratio", "threshold", "reference", "uptime_s", "health_status", "kv_cache_tokens",
-                 "full_context_sessions", "context_tokens", "kv_cache_usage", "running", "waiting",
+EVIDENCE_KEYS = {"probe", "probe_reason", "ratio", "threshold", "reference", "uptime_s", "health_status",
+                 "kv_cache_tokens", "full_context_sessions", "context_tokens", "kv_cache_usage", "running", "waiting",
                  "waiting_for_capacity", "preemptions_in_window", "preemptions_total", "passive_seconds_per_token",
                  "passive_ratio", "window_s"}
 

@@ -121,7 +121,8 @@ def test_gb10_memory_without_meminfo_fails_and_says_why():
     assert source == "host meminfo"
     assert memory.ok is False
     assert memory.detail == (
-        "GPU 0 NVIDIA GB10 has unified memory (nvidia-smi: [N/A] / Not Supported) and /proc/meminfo has no MemTotal line"
+        "GPU 0 NVIDIA GB10 has unified memory (nvidia-smi: [N/A] / Not Supported)"
+        " and /proc/meminfo has no MemTotal line"
     )
 
 
@@ -133,7 +134,8 @@ def test_memory_not_queried_is_not_unified():
 
 
 def test_cuda_version_details():
-    assert check_cuda_version(parse_table(smi(GB10_TABLE)), "12.8").detail == "the driver supports CUDA 13.0, 12.8 required"
+    detail = check_cuda_version(parse_table(smi(GB10_TABLE)), "12.8").detail
+    assert detail == "the driver supports CUDA 13.0, 12.8 required"
     old = check_cuda_version(parse_table(smi("21_rtx4090_2gpu_table_rlinf255.txt")), "12.8")
     assert old.detail == "the driver supports CUDA 12.4, 12.8 required (driver 550.163.01)"
     assert "R570" in old.hint
@@ -574,7 +576,8 @@ def test_hints_name_the_modules_options_not_a_roles_variables():
 @pytest.mark.parametrize(
     "offsets,ok,detail",
     [
-        ({"spark1": 0.31, "spark2": 0.35}, True, "engine engine_a: spark2 +0.040 s against the head spark1 (at most 2 s)"),
+        ({"spark1": 0.31, "spark2": 0.35}, True,
+         "engine engine_a: spark2 +0.040 s against the head spark1 (at most 2 s)"),
         ({"spark1": 0.31, "spark2": -4.69}, False,
          "engine engine_a: spark2 -5.000 s against the head spark1 (at most 2 s)"),
         ({"spark1": 0.31}, True, "engine engine_a: one host (spark1), nothing to compare"),

@@ -44,7 +44,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 SMI = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia-smi"
-MEMINFO = (Path(__file__).resolve().parents[2] / "fixtures" / "host-probes" / "meminfo_head_dev_container.txt").read_text()
+MEMINFO = (Path(__file__).resolve().parents[2] / "fixtures" / "host-probes"
+           / "meminfo_head_dev_container.txt").read_text()
 
 
 def capture(name: str) -> list:
@@ -249,8 +250,8 @@ def test_an_index_that_is_no_index_falls_back_to_the_row(index):
     assert [g.index for g in parse_csv(text).gpus] == [0, 1]
 
 
-@pytest.mark.parametrize("value", [HUGE_NUMBER + " MiB", HUGE_NUMBER + ".5", "1" * 13, non_ascii_number("46068") + " MiB",
-                                   "46068 \u212aiB", "4.6e4 MiB"],
+@pytest.mark.parametrize("value", [HUGE_NUMBER + " MiB", HUGE_NUMBER + ".5", "1" * 13,
+                                   non_ascii_number("46068") + " MiB", "46068 \u212aiB", "4.6e4 MiB"],
                          ids=["huge", "huge-float", "thirteen-digits", "arabic-indic", "kelvin-sign", "exponent"])
 def test_a_memory_value_no_gpu_prints_is_unreadable(value):
     """float() took 5,000 digits as inf and round(inf) raised OverflowError."""

@@ -200,7 +200,8 @@ def test_passive_window_ray_pair():
     (CPU / "metrics-01-after-requests.txt", CPU / "metrics-01-after-requests.txt", "no request finished"),
     (CPU / "metrics-01-after-requests.txt", CPU / "metrics-01-after-boot.txt", "went backwards"),
     # A different engine's scrape with fewer requests: reads as a restart.
-    (CPU / "metrics-04-kv-pressure-preemptions.txt", CPU / "metrics-06-tp2.txt", "request_prefill_time_seconds_count went backwards"),
+    (CPU / "metrics-04-kv-pressure-preemptions.txt", CPU / "metrics-06-tp2.txt",
+     "request_prefill_time_seconds_count went backwards"),
 ])
 def test_passive_window_none(before, after, match):
     r = p.passive_window(snap(before), snap(after))

@@ -67,7 +67,7 @@ def test_plan_raises_only_plan_error(value):
 @given(out_of_range(), out_of_range(), out_of_range())
 def test_pool_check_raises_only_plan_error(before, after, tolerance):
     for args in ((before, after, tolerance), (before, 1000, 0.05), (1000, after, 0.05), (1000, 900, tolerance)):
-        result = raises_plan_error_only(lambda: rp.pool_check(*args))
+        result = raises_plan_error_only(lambda args=args: rp.pool_check(*args))
         if result is not None:
             assert result["message"].startswith("KV pool")
 
@@ -90,7 +90,7 @@ def test_each_number_past_range(value):
     for fn in plans(value):
         raises_plan_error_only(fn)
     for args in ((value, 1000, 0.05), (1000, value, 0.05), (1000, 900, value)):
-        raises_plan_error_only(lambda: rp.pool_check(*args))
+        raises_plan_error_only(lambda args=args: rp.pool_check(*args))
 
 
 @pytest.mark.parametrize("value, words", [

@@ -11,7 +11,8 @@ from ansible.module_utils.vllm_flag_errors import SourceError
 # `{ path=P ; argv[]=A B C ; ignore_errors=no ; start_time=[...] ; stop_time=[...] ; pid=N ; code=... ; status=... }`
 SHOW = """MainPID=4242
 LoadState=loaded
-ExecStart={{ path=/opt/vllm/venv/bin/vllm ; argv[]={argv} ; ignore_errors=no ; start_time=[Sat 2026-11-29 16:01:09 UTC] ; stop_time=[n/a] ; pid=4242 ; code=(null) ; status=0/0 }}
+ExecStart={{ path=/opt/vllm/venv/bin/vllm ; argv[]={argv} ; ignore_errors=no ; \
+start_time=[Sat 2026-11-29 16:01:09 UTC] ; stop_time=[n/a] ; pid=4242 ; code=(null) ; status=0/0 }}
 """
 
 
