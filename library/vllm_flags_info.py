@@ -293,7 +293,7 @@ changed:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.versions import version_from_output
+from ansible.module_utils.shared.versions import version_from_output
 from ansible.module_utils.vllm_bootlog import parse_boot_log
 from ansible.module_utils.vllm_cmdline import read_proc_cmdline, split_cmdline
 from ansible.module_utils.vllm_drift import running_unit

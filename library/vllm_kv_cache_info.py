@@ -265,7 +265,7 @@ changed:
 import math
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.numeric import shown
+from ansible.module_utils.shared.numeric import shown
 from ansible.module_utils.systemd import parse_show
 from ansible.module_utils.vllm_kv_cache import (
     CapacityNotFoundError,

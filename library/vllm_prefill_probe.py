@@ -227,7 +227,6 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.numeric import shown
 from ansible.module_utils.prefill import (
     MAX_BASELINE,
     MAX_GROUPS,
@@ -239,6 +238,7 @@ from ansible.module_utils.prefill import (
 )
 from ansible.module_utils.prefill_client import EngineClient
 from ansible.module_utils.prefill_probe import probe, record
+from ansible.module_utils.shared.numeric import shown
 from ansible.module_utils.systemd import active_since, parse_show
 
 ARGUMENT_SPEC = dict(

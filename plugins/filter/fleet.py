@@ -4,7 +4,7 @@ An engine (a TP group) is the set of hosts in the engines group that share a
 ``vllm_fleet_engine`` name; its rank-0 host is the head (Ray head, ``vllm
 serve``). ``engine_records`` builds the one record of each engine that every
 role, report and restart reads. Numbers past an int's or a float's range
-are read and quoted without raising by plugins/module_utils' ``numeric.py``.
+are read and quoted without raising by ``plugins/module_utils/shared/numeric.py``.
 
 A knob read as a number is a finite number in its range, or a problem that
 names it; no number an inventory holds (5,000 digits, inf, nan) raises
@@ -27,7 +27,7 @@ runpy.run_path(str(Path(__file__).resolve().parents[1] / "module_utils_path.py")
 
 from ansible.module_utils import hub_model as _hub_model  # noqa: E402  (a hub model's folder and its problems)
 from ansible.module_utils.commands import command  # noqa: E402
-from ansible.module_utils.numeric import finite_float, shown, text  # noqa: E402
+from ansible.module_utils.shared.numeric import finite_float, shown, text  # noqa: E402
 
 # The toolkit's defaults, written once. Another host's variables (hostvars)
 # never include a role's defaults, so the record reads them from the file.

@@ -14,7 +14,7 @@ from ansible.errors import AnsibleFilterError
 runpy.run_path(str(Path(__file__).resolve().parents[1] / "module_utils_path.py"))
 
 from ansible.module_utils import gpu_preflight as _logic  # noqa: E402
-from ansible.module_utils import numeric as _numeric  # noqa: E402
+from ansible.module_utils.shared import numeric as _numeric  # noqa: E402
 
 
 def _checks(checks):

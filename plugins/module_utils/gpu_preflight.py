@@ -8,7 +8,7 @@ from every host's sample (the ``gpu_preflight_clock_skew`` filter). The
 module's options are checked by :func:`validate_options` first.
 
 Standard-library only: no AnsibleModule, and of the project's other
-module_utils only ``versions.py`` (standard-library only too). Everything is
+module_utils only ``shared/versions.py`` (standard-library only too). Everything is
 pure except :func:`check_disk_path`, which measures the filesystem
 (``statvfs``) and walks what is already staged there.
 The GPU checks take the ``SmiReport`` of :mod:`nvidia_smi`.
@@ -35,7 +35,7 @@ import stat
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
-from ansible.module_utils.versions import version_at_least, version_tuple
+from ansible.module_utils.shared.versions import version_at_least, version_tuple
 
 GIB = 1024 ** 3
 

@@ -26,7 +26,7 @@ import re
 import shlex
 import typing as t
 
-from ansible.module_utils.numeric import shown
+from ansible.module_utils.shared.numeric import shown
 
 LOCKED_EXIT = 75
 # The run's ident, set by the shell line cron_job writes.

@@ -4,7 +4,7 @@
 """A vLLM server's boot log: the latest boot's ``non-default args`` and version.
 
 vLLM 0.9 and later log ``non-default args: {...}`` (a dict repr, read with
-:func:`~pyrepr.parse_repr`) at start-up; the version comes from the banner
+:func:`~shared.pyrepr.parse_repr`) at start-up; the version comes from the banner
 before it, or the ``LLM engine (vX)`` line after it.
 
 Lines are taken apart as :mod:`vllm_kv_cache` does (one reading of vLLM's log
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ansible.module_utils.ansi import strip_ansi
-from ansible.module_utils.pyrepr import ReprError, parse_repr
 from ansible.module_utils.secrets_mask import mask_value
+from ansible.module_utils.shared.pyrepr import ReprError, parse_repr
 from ansible.module_utils.vllm_flag_errors import SourceError
 from ansible.module_utils.vllm_help import FlagTable
 from ansible.module_utils.vllm_kv_cache import LogLines, boot_marker

@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible.module_utils.pyrepr import MAX_DEPTH, closing_quote
 from ansible.module_utils.secrets_mask import mask_argv, mask_value
+from ansible.module_utils.shared.pyrepr import MAX_DEPTH, closing_quote
 from ansible.module_utils.vllm_flag_errors import CmdlineError, SourceError
 from ansible.module_utils.vllm_help import Flag, FlagTable, is_option, normalise_option
 from ansible.module_utils.vllm_settings import SOURCE_CMDLINE, Setting, Unknown

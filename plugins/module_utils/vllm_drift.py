@@ -17,8 +17,8 @@ import os
 import re
 from dataclasses import dataclass
 
-from ansible.module_utils.pyrepr import MAX_DEPTH
 from ansible.module_utils.secrets_mask import mask_argv
+from ansible.module_utils.shared.pyrepr import MAX_DEPTH
 from ansible.module_utils.systemd import UnitInfo, unit_info
 from ansible.module_utils.vllm_cmdline import ParsedCmdline, parse_cmdline
 from ansible.module_utils.vllm_flag_errors import CmdlineError, SourceError

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ansible.module_utils.versions import release_tuple
+from ansible.module_utils.shared.versions import release_tuple
 from ansible.module_utils.vllm_flag_errors import ExpectError
 from ansible.module_utils.vllm_flag_history import FLAG_HISTORY, missing_flag_message
 from ansible.module_utils.vllm_help import Flag, FlagTable

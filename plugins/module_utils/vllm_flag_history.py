@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ansible.module_utils.versions import release_tuple
+from ansible.module_utils.shared.versions import release_tuple
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ansible.module_utils.numeric import shown
 from ansible.module_utils.secrets_mask import mask_argv
+from ansible.module_utils.shared.numeric import shown
+from ansible.module_utils.shared.versions import release_tuple
 from ansible.module_utils.systemd import UnitInfo
-from ansible.module_utils.versions import release_tuple
 from ansible.module_utils.vllm_bootlog import BootLog, log_settings
 from ansible.module_utils.vllm_cmdline import parse_cmdline
 from ansible.module_utils.vllm_drift import compare_unit, drift_message, split_exec_argv

@@ -22,7 +22,7 @@ import urllib.parse
 from dataclasses import dataclass
 
 from ansible.module_utils.ansi import strip_ansi
-from ansible.module_utils.polling import PollArgumentError, validate_poll
+from ansible.module_utils.shared.polling import PollArgumentError, validate_poll
 
 # Enough of a failed start to reach the first traceback behind the workers' ones.
 ROOT_CAUSE_WINDOW = 1000

@@ -12,7 +12,7 @@ option words.
 
 Whatever the text, :func:`parse_help` returns a table or raises
 :class:`~vllm_flag_errors.HelpTextError`; a default or a choices list that is
-no literal (nested deeper than :data:`~pyrepr.MAX_DEPTH`, a bad number or
+no literal (nested deeper than :data:`~shared.pyrepr.MAX_DEPTH`, a bad number or
 escape, digits of another script) stays text.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible.module_utils.pyrepr import MAX_NUMBER_CHARS, ReprError, parse_repr
+from ansible.module_utils.shared.pyrepr import MAX_NUMBER_CHARS, ReprError, parse_repr
 from ansible.module_utils.vllm_flag_errors import HelpTextError
 
 

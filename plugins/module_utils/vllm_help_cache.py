@@ -24,7 +24,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 
-from ansible.module_utils.versions import version_from_output
+from ansible.module_utils.shared.versions import version_from_output
 from ansible.module_utils.vllm_flag_errors import VllmFlagsError
 from ansible.module_utils.vllm_help import FlagTable, parse_help
 from ansible.module_utils.vllm_values import load_json

@@ -6,7 +6,7 @@
 :func:`convert_cli_value` types one command-line word from its
 :class:`~vllm_help.Flag`; the ``to_*`` helpers type a value an operator wrote;
 :func:`format_value` spells a value the YAML way for messages;
-:func:`load_json` reads JSON no deeper than :data:`~pyrepr.MAX_DEPTH`.
+:func:`load_json` reads JSON no deeper than :data:`~shared.pyrepr.MAX_DEPTH`.
 
 The ``to_*`` helpers and :func:`load_json` raise ValueError, and nothing else,
 for their callers to catch; the other functions never raise.
@@ -17,7 +17,7 @@ import json
 import re
 from typing import Any
 
-from ansible.module_utils.pyrepr import MAX_DEPTH
+from ansible.module_utils.shared.pyrepr import MAX_DEPTH
 from ansible.module_utils.vllm_help import Flag
 
 _TRUE = {"true", "yes", "on", "1", "y", "t"}
@@ -114,7 +114,7 @@ def json_depth(text: str, limit: int = MAX_DEPTH) -> int:
 
 def load_json(text: str) -> Any:
     """``json.loads``, with ValueError (not RecursionError) for JSON nested
-    deeper than :data:`~pyrepr.MAX_DEPTH`."""
+    deeper than :data:`~shared.pyrepr.MAX_DEPTH`."""
     if not isinstance(text, str):
         raise ValueError(f"JSON is text, not {type(text).__name__}")
     if json_depth(text) > MAX_DEPTH:

@@ -1,7 +1,7 @@
 """The filters work as Ansible runs them: in a process where the project's
 module_utils are not importable as ``ansible.module_utils`` (the tests'
 conftest makes them so), each makes them so itself (plugins/module_utils_path.py),
-imports numeric.py and the logic that imports it, and reads a number past
+imports shared/numeric.py and the logic that imports it, and reads a number past
 range without raising anything but AnsibleFilterError.
 """
 from __future__ import annotations

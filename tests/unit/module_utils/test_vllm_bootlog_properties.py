@@ -22,7 +22,7 @@ from pathlib import Path
 import hostile
 import pytest
 from ansible.module_utils.ansi import strip_ansi
-from ansible.module_utils.pyrepr import parse_repr
+from ansible.module_utils.shared.pyrepr import parse_repr
 from ansible.module_utils.vllm_bootlog import MAX_LINE, parse_boot_log, parse_boot_log_lines
 from ansible.module_utils.vllm_flag_errors import SourceError
 from hypothesis import given, settings

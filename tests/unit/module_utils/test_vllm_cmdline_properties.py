@@ -19,7 +19,7 @@ import string
 
 import pytest
 import vllm_flags_info
-from ansible.module_utils.pyrepr import MAX_DEPTH
+from ansible.module_utils.shared.pyrepr import MAX_DEPTH
 from ansible.module_utils.systemd import unit_info
 from ansible.module_utils.vllm_cmdline import parse_cmdline, read_proc_cmdline, split_cmdline
 from ansible.module_utils.vllm_flag_errors import CmdlineError, SourceError

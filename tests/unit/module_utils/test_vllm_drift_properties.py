@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from ansible.module_utils.pyrepr import MAX_DEPTH
+from ansible.module_utils.shared.pyrepr import MAX_DEPTH
 from ansible.module_utils.systemd import UnitInfo, unit_info
 from ansible.module_utils.vllm_cmdline import parse_cmdline
 from ansible.module_utils.vllm_drift import compare_unit, drift_message, running_unit, split_exec_argv

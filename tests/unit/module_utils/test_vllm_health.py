@@ -271,7 +271,7 @@ def test_bad_options(url, timeout, journal_lines, msg):
     (30, float("inf"), "poll_s must be at most 86400 seconds (a day), got inf"),
 ])
 def test_bad_wait_options_are_the_health_error(wait_s, poll_s, msg):
-    # polling.py words them; the module still catches one error type.
+    # shared/polling.py words them; the module still catches one error type.
     with pytest.raises(health.HealthArgumentError) as exc:
         health.validate_options("http://127.0.0.1:8000", 5, 20, wait_s, poll_s)
     assert str(exc.value) == msg

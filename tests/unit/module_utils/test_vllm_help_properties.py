@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from ansible.module_utils.pyrepr import MAX_DEPTH
+from ansible.module_utils.shared.pyrepr import MAX_DEPTH
 from ansible.module_utils.vllm_flag_errors import HelpTextError
 from ansible.module_utils.vllm_help import parse_help
 from help_tables import HELP_PATH

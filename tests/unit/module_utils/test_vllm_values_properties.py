@@ -18,7 +18,7 @@ import math
 import unicodedata
 
 import pytest
-from ansible.module_utils.pyrepr import MAX_DEPTH, parse_repr
+from ansible.module_utils.shared.pyrepr import MAX_DEPTH, parse_repr
 from ansible.module_utils.vllm_help import parse_help
 from ansible.module_utils.vllm_values import (
     convert_cli_value,

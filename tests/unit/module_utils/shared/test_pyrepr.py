@@ -1,9 +1,9 @@
-"""Tests for plugins/module_utils/pyrepr.py (the real reprs it reads are in
+"""Tests for plugins/module_utils/shared/pyrepr.py (the real reprs it reads are in
 test_vllm_bootlog.py and test_vllm_help.py)."""
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.pyrepr import ReprError, parse_repr
+from ansible.module_utils.shared.pyrepr import ReprError, parse_repr
 
 
 @pytest.mark.parametrize("text,value", [

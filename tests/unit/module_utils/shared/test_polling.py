@@ -1,4 +1,4 @@
-"""Tests for plugins/module_utils/polling.py: the wait inside one module call
+"""Tests for plugins/module_utils/shared/polling.py: the wait inside one module call
 (a fake clock and sleep, so no test sleeps) and its options, with the exact
 messages. The modules that use it are tested in tests/unit/library/
 (test_vllm_health_info.py, test_ray_cluster_info.py)."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from ansible.module_utils.polling import MAX_WAIT_S, PollArgumentError, Poller, validate_poll
+from ansible.module_utils.shared.polling import MAX_WAIT_S, PollArgumentError, Poller, validate_poll
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -1,13 +1,13 @@
-"""Tests for plugins/module_utils/versions.py."""
+"""Tests for plugins/module_utils/shared/versions.py."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.versions import release_tuple, version_at_least, version_from_output, version_tuple
+from ansible.module_utils.shared.versions import release_tuple, version_at_least, version_from_output, version_tuple
 from filter_plugins import top_level_imports
 
-VERSIONS_PY = Path(__file__).resolve().parents[3] / "plugins" / "module_utils" / "versions.py"
+VERSIONS_PY = Path(__file__).resolve().parents[4] / "plugins" / "module_utils" / "shared" / "versions.py"
 
 
 # ---- release_tuple: versions vLLM prints -------------------------------------

@@ -1,4 +1,4 @@
-"""Tests for plugins/module_utils/numeric.py: finite() and finite_float() read
+"""Tests for plugins/module_utils/shared/numeric.py: finite() and finite_float() read
 a number or nothing, shown() and text() quote any value; none of them raises."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.numeric import SHOWN_CHARS, finite, finite_float, shown, text
+from ansible.module_utils.shared.numeric import SHOWN_CHARS, finite, finite_float, shown, text
 from filter_plugins import top_level_imports
 from hostile import HUGE_DIGITS, OUT_OF_RANGE, out_of_range
 from hypothesis import given
@@ -17,7 +17,7 @@ def ids(value) -> str:
     """A test id that does not repr a 5,000-digit int (pytest's would raise)."""
     return shown(value, 20)
 
-NUMERIC_PY = Path(__file__).resolve().parents[3] / "plugins" / "module_utils" / "numeric.py"
+NUMERIC_PY = Path(__file__).resolve().parents[4] / "plugins" / "module_utils" / "shared" / "numeric.py"
 
 
 @pytest.mark.parametrize("value, expected", [
