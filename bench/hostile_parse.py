@@ -53,9 +53,9 @@ PROPERTY_TESTS = TESTS / "unit" / "module_utils"
 # module_utils): the project's module_utils import as ansible.module_utils.<name>.
 runpy.run_path(str(REPO / "plugins" / "module_utils_path.py"))
 # What pytest puts on sys.path for these tests: tests/ (hostile.py,
-# help_tables.py, filter_plugins.py), the tests' own directory (one test
-# module imports another) and library/ (the modules, imported by name).
-for _path in (REPO / "library", PROPERTY_TESTS, TESTS):
+# help_tables.py, filter_plugins.py) and library/ (the modules, imported by
+# name); collect() adds each test's own directory (one test module imports another).
+for _path in (REPO / "library", TESTS):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
@@ -93,7 +93,8 @@ def _is_project(obj) -> bool:
 
 
 def _short(obj) -> str:
-    return "%s.%s" % (obj.__module__.rsplit(".", 1)[-1], obj.__qualname__)
+    """``obj`` named by its file under plugins/module_utils/ (``kv.cache.scan_text``)."""
+    return "%s.%s" % (obj.__module__.removeprefix("ansible.module_utils."), obj.__qualname__)
 
 
 def _parser_of(fn, seen: "set | None" = None) -> "str | None":
@@ -176,8 +177,10 @@ def collect() -> "tuple[list[Case], list[str]]":
     """Every assert_linear call of the property tests, as Cases; and what could not be run."""
     hostile.assert_linear = _record   # before any test module binds the name
     skipped: list = []
-    files = sorted(p for p in PROPERTY_TESTS.glob("test_*.py") if "assert_linear" in p.read_text(encoding="utf-8"))
+    files = sorted(p for p in PROPERTY_TESTS.rglob("test_*.py") if "assert_linear" in p.read_text(encoding="utf-8"))
     for path in files:
+        if str(path.parent) not in sys.path:
+            sys.path.insert(0, str(path.parent))
         module = importlib.import_module(path.stem)
         for name, test in sorted(vars(module).items()):
             if not (name.startswith("test_") and isinstance(test, types.FunctionType)
@@ -188,7 +191,8 @@ def collect() -> "tuple[list[Case], list[str]]":
             for combo in itertools.product(*per_mark) if per_mark else [()]:
                 kwargs = {k: v for _, values in combo for k, v in values.items()}
                 case_id = "-".join(i for i, _ in combo)
-                label = "%s::%s%s" % (path.stem, name, "[%s]" % case_id if case_id else "")
+                label = "%s::%s%s" % (path.relative_to(PROPERTY_TESTS).with_suffix(""), name,
+                                      "[%s]" % case_id if case_id else "")
                 missing = set(inspect.signature(test).parameters) - set(kwargs)
                 if missing:
                     skipped.append("%s: needs fixture(s) %s" % (label, ", ".join(sorted(missing))))

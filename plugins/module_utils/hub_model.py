@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit, urlunsplit
 
-from ansible.module_utils.ansi import strip_ansi
+from ansible.module_utils.log.ansi import strip_ansi
 
 # The hub's repo id (huggingface_hub.utils.validate_repo_id): [org/]name, each of
 # letters, digits, '-', '_' and '.', at most 96 characters, no '--' or '..'.

@@ -7,7 +7,7 @@ vLLM 0.9 and later log ``non-default args: {...}`` (a dict repr, read with
 :func:`~shared.pyrepr.parse_repr`) at start-up; the version comes from the banner
 before it, or the ``LLM engine (vX)`` line after it.
 
-Lines are taken apart as :mod:`vllm_kv_cache` does (one reading of vLLM's log
+Lines are taken apart as :mod:`kv.cache` does (one reading of vLLM's log
 prefix for both): each kind counts only at the start of a message logged by
 the file that prints it, so an args line or a banner quoted inside a logged
 prompt is never read.
@@ -17,12 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ansible.module_utils.ansi import strip_ansi
+from ansible.module_utils.kv.cache import LogLines, boot_marker
+from ansible.module_utils.log.ansi import strip_ansi
 from ansible.module_utils.secrets_mask import mask_value
 from ansible.module_utils.shared.pyrepr import ReprError, parse_repr
 from ansible.module_utils.vllm_flag_errors import SourceError
 from ansible.module_utils.vllm_help import FlagTable
-from ansible.module_utils.vllm_kv_cache import LogLines, boot_marker
 from ansible.module_utils.vllm_settings import SOURCE_LOG, Setting, Unknown
 from ansible.module_utils.vllm_values import format_value
 

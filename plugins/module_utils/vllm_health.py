@@ -3,7 +3,7 @@
 The ``vllm_health_info`` module gathers the evidence (one GET of ``/health``,
 the unit's ``systemctl show`` properties, its journal) and maps
 :class:`HealthArgumentError` to ``fail_json``. Everything here is pure and
-standard-library only (and :mod:`ansi`): no AnsibleModule, no I/O.
+standard-library only (and :mod:`log.ansi`): no AnsibleModule, no I/O.
 
 The root cause is read from the unit's journal as ``journalctl -o cat`` prints
 it, that is, exactly the lines vLLM wrote (real ones:
@@ -21,7 +21,7 @@ import re
 import urllib.parse
 from dataclasses import dataclass
 
-from ansible.module_utils.ansi import strip_ansi
+from ansible.module_utils.log.ansi import strip_ansi
 from ansible.module_utils.shared.polling import PollArgumentError, validate_poll
 
 # Enough of a failed start to reach the first traceback behind the workers' ones.

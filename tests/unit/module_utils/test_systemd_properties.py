@@ -22,7 +22,7 @@ import pytest
 import vllm_flags_info
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.systemd import UnitInfo, active_since, exec_command, main_pid, parse_show, unit_info
-from help_tables import HELP_PATH
+from help_tables import FIXTURES, HELP_PATH
 from hostile import (
     HUGE_NUMBER,
     MIB,
@@ -37,7 +37,6 @@ from hostile import (
 )
 from hypothesis import given
 from hypothesis import strategies as st
-from test_pyrepr_properties import FIXTURES
 
 CAPTURES = {p.name: p.read_text() for p in sorted((FIXTURES / "systemd").glob("show-*.txt"))}
 LINES = [line for text in CAPTURES.values() for line in text.splitlines()]

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import hostile
 import pytest
-from ansible.module_utils.ansi import strip_ansi
+from ansible.module_utils.log.ansi import strip_ansi
 from ansible.module_utils.shared.pyrepr import parse_repr
 from ansible.module_utils.vllm_bootlog import MAX_LINE, parse_boot_log, parse_boot_log_lines
 from ansible.module_utils.vllm_flag_errors import SourceError
+from hostile import FLOOR_S, SHAPES, SMALL_INPUT, WHOLE, request_line
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_vllm_kv_cache_properties import FLOOR_S, SHAPES, SMALL_INPUT, WHOLE, request_line
 
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
 

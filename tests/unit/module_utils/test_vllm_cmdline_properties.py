@@ -24,7 +24,7 @@ from ansible.module_utils.systemd import unit_info
 from ansible.module_utils.vllm_cmdline import parse_cmdline, read_proc_cmdline, split_cmdline
 from ansible.module_utils.vllm_flag_errors import CmdlineError, SourceError
 from ansible.module_utils.vllm_help import parse_help
-from help_tables import HELP_PATH
+from help_tables import FIXTURES, HELP_PATH
 from hostile import (
     HUGE_NUMBER,
     MIB,
@@ -35,11 +35,11 @@ from hostile import (
     mutated,
     nested,
     non_ascii_number,
+    numbers_of,
     raises_only,
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_pyrepr_properties import FIXTURES, numbers_of
 from test_vllm_values_properties import ascii_digits
 
 HELP = HELP_PATH.read_text()

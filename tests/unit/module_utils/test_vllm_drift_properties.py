@@ -21,11 +21,10 @@ from ansible.module_utils.vllm_cmdline import parse_cmdline
 from ansible.module_utils.vllm_drift import compare_unit, drift_message, running_unit, split_exec_argv
 from ansible.module_utils.vllm_flag_errors import SourceError
 from ansible.module_utils.vllm_help import parse_help
-from help_tables import HELP_PATH
+from help_tables import FIXTURES, HELP_PATH
 from hostile import MIB, any_text, assert_linear, mutated, nested, raises_only
 from hypothesis import given
 from hypothesis import strategies as st
-from test_pyrepr_properties import FIXTURES
 
 TABLE = parse_help(HELP_PATH.read_text())
 SHOW = (FIXTURES / "systemd" / "show-flags-vllm-lab1.txt").read_text()

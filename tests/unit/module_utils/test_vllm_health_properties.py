@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import vllm_health_info
 from ansible.module_utils import vllm_health as health
-from ansible.module_utils.ansi import strip_ansi
+from ansible.module_utils.log.ansi import strip_ansi
 from hostile import (
     HUGE_NUMBER,
     MIB,

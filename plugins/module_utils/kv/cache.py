@@ -52,7 +52,7 @@ import subprocess
 import tempfile
 import typing as t
 
-from ansible.module_utils.ansi import strip_ansi
+from ansible.module_utils.log.ansi import strip_ansi
 
 CHUNK_SIZE = 1 << 20
 # A "line" longer than this is cut there, so one newline-free blob cannot

