@@ -2,7 +2,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Check the flags a running vLLM server was started with (logic: module_utils/vllm_flags_report.py)."""
+"""Check the flags a running vLLM server was started with (logic: module_utils/flags/report.py)."""
 
 from __future__ import annotations
 
@@ -293,14 +293,14 @@ changed:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.flags.bootlog import parse_boot_log
+from ansible.module_utils.flags.cmdline import read_proc_cmdline, split_cmdline
+from ansible.module_utils.flags.drift import running_unit
+from ansible.module_utils.flags.errors import SourceError, VllmFlagsError
+from ansible.module_utils.flags.help import parse_help
+from ansible.module_utils.flags.help_cache import HelpCache, entry_text, environment_of, fingerprint
+from ansible.module_utils.flags.report import boot_log_warning, flags_report
 from ansible.module_utils.shared.versions import version_from_output
-from ansible.module_utils.vllm_bootlog import parse_boot_log
-from ansible.module_utils.vllm_cmdline import read_proc_cmdline, split_cmdline
-from ansible.module_utils.vllm_drift import running_unit
-from ansible.module_utils.vllm_flag_errors import SourceError, VllmFlagsError
-from ansible.module_utils.vllm_flags_report import boot_log_warning, flags_report
-from ansible.module_utils.vllm_help import parse_help
-from ansible.module_utils.vllm_help_cache import HelpCache, entry_text, environment_of, fingerprint
 
 ARGUMENT_SPEC = dict(
     cmdline=dict(type="raw"),

@@ -1,5 +1,5 @@
 """Tests for plugins/module_utils/shared/pyrepr.py (the real reprs it reads are in
-test_vllm_bootlog.py and test_vllm_help.py)."""
+flags/test_bootlog.py and flags/test_help.py)."""
 from __future__ import annotations
 
 import pytest

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 import vllm_flags_info
+from ansible.module_utils.flags.bootlog import parse_boot_log_lines
+from ansible.module_utils.flags.errors import SourceError
 from ansible.module_utils.shared.pyrepr import MAX_DEPTH, MAX_NUMBER_CHARS, ReprError, parse_repr
-from ansible.module_utils.vllm_bootlog import parse_boot_log_lines
-from ansible.module_utils.vllm_flag_errors import SourceError
 from help_tables import ARGS_LINES, HELP_PATH
 from hostile import (
     HUGE_NUMBER,

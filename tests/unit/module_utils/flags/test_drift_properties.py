@@ -1,4 +1,4 @@
-"""Property tests for plugins/module_utils/vllm_drift.py over hostile input
+"""Property tests for plugins/module_utils/flags/drift.py over hostile input
 (tests/hostile.py): the real ``systemctl show`` of the lab's vllm.service and
 its engine's ``/proc/PID/cmdline`` (tests/fixtures/systemd, see its INDEX.md),
 typed against the real ``vllm serve --help=all`` of vLLM 0.32.0; ExecStart
@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from ansible.module_utils.flags.cmdline import parse_cmdline
+from ansible.module_utils.flags.drift import compare_unit, drift_message, running_unit, split_exec_argv
+from ansible.module_utils.flags.errors import SourceError
+from ansible.module_utils.flags.help import parse_help
 from ansible.module_utils.shared.pyrepr import MAX_DEPTH
 from ansible.module_utils.systemd import UnitInfo, unit_info
-from ansible.module_utils.vllm_cmdline import parse_cmdline
-from ansible.module_utils.vllm_drift import compare_unit, drift_message, running_unit, split_exec_argv
-from ansible.module_utils.vllm_flag_errors import SourceError
-from ansible.module_utils.vllm_help import parse_help
 from help_tables import FIXTURES, HELP_PATH
 from hostile import MIB, any_text, assert_linear, mutated, nested, raises_only
 from hypothesis import given

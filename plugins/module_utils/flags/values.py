@@ -4,7 +4,7 @@
 """Typing flag values as vLLM does, and spelling them in messages.
 
 :func:`convert_cli_value` types one command-line word from its
-:class:`~vllm_help.Flag`; the ``to_*`` helpers type a value an operator wrote;
+:class:`~flags.help.Flag`; the ``to_*`` helpers type a value an operator wrote;
 :func:`format_value` spells a value the YAML way for messages;
 :func:`load_json` reads JSON no deeper than :data:`~shared.pyrepr.MAX_DEPTH`.
 
@@ -17,8 +17,8 @@ import json
 import re
 from typing import Any
 
+from ansible.module_utils.flags.help import Flag
 from ansible.module_utils.shared.pyrepr import MAX_DEPTH
-from ansible.module_utils.vllm_help import Flag
 
 _TRUE = {"true", "yes", "on", "1", "y", "t"}
 _FALSE = {"false", "no", "off", "0", "n", "f"}

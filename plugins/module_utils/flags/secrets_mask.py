@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ansible.module_utils.vllm_help import FlagTable, is_option, normalise_option
+from ansible.module_utils.flags.help import FlagTable, is_option, normalise_option
 
 MASK = "********"
 SECRET_DESTS = frozenset({"api_key", "hf_token"})

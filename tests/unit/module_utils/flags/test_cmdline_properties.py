@@ -1,4 +1,4 @@
-"""Property tests for plugins/module_utils/vllm_cmdline.py over hostile input
+"""Property tests for plugins/module_utils/flags/cmdline.py over hostile input
 (tests/hostile.py): the real ``/proc/PID/cmdline`` of the lab's vLLM engine
 and its unit's ExecStart (tests/fixtures/systemd, see its INDEX.md), typed
 against the real ``vllm serve --help=all`` of vLLM 0.32.0
@@ -19,11 +19,11 @@ import string
 
 import pytest
 import vllm_flags_info
+from ansible.module_utils.flags.cmdline import parse_cmdline, read_proc_cmdline, split_cmdline
+from ansible.module_utils.flags.errors import CmdlineError, SourceError
+from ansible.module_utils.flags.help import parse_help
 from ansible.module_utils.shared.pyrepr import MAX_DEPTH
 from ansible.module_utils.systemd import unit_info
-from ansible.module_utils.vllm_cmdline import parse_cmdline, read_proc_cmdline, split_cmdline
-from ansible.module_utils.vllm_flag_errors import CmdlineError, SourceError
-from ansible.module_utils.vllm_help import parse_help
 from help_tables import FIXTURES, HELP_PATH
 from hostile import (
     HUGE_NUMBER,
@@ -40,7 +40,7 @@ from hostile import (
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_vllm_values_properties import ascii_digits
+from test_values_properties import ascii_digits
 
 HELP = HELP_PATH.read_text()
 TABLE = parse_help(HELP)

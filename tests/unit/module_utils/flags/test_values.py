@@ -1,9 +1,9 @@
-"""Tests for plugins/module_utils/vllm_values.py, typing values for the flags
+"""Tests for plugins/module_utils/flags/values.py, typing values for the flags
 of the real ``vllm serve --help=all`` of vLLM 0.32.0."""
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.vllm_values import convert_cli_value, format_value, to_bool, to_float, to_int
+from ansible.module_utils.flags.values import convert_cli_value, format_value, to_bool, to_float, to_int
 
 
 @pytest.mark.parametrize("dest,raw,value", [

@@ -11,7 +11,7 @@ value kind, so a command line can be read the way vLLM's
 option words.
 
 Whatever the text, :func:`parse_help` returns a table or raises
-:class:`~vllm_flag_errors.HelpTextError`; a default or a choices list that is
+:class:`~flags.errors.HelpTextError`; a default or a choices list that is
 no literal (nested deeper than :data:`~shared.pyrepr.MAX_DEPTH`, a bad number or
 escape, digits of another script) stays text.
 """
@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible.module_utils.flags.errors import HelpTextError
 from ansible.module_utils.shared.pyrepr import MAX_NUMBER_CHARS, ReprError, parse_repr
-from ansible.module_utils.vllm_flag_errors import HelpTextError
 
 
 @dataclass(frozen=True)

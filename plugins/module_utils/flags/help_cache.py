@@ -24,10 +24,10 @@ import os
 import tempfile
 from dataclasses import dataclass
 
+from ansible.module_utils.flags.errors import VllmFlagsError
+from ansible.module_utils.flags.help import FlagTable, parse_help
+from ansible.module_utils.flags.values import load_json
 from ansible.module_utils.shared.versions import version_from_output
-from ansible.module_utils.vllm_flag_errors import VllmFlagsError
-from ansible.module_utils.vllm_help import FlagTable, parse_help
-from ansible.module_utils.vllm_values import load_json
 
 # Bump when the entry's layout or meaning changes: older files become misses.
 FORMAT = 1

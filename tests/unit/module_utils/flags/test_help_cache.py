@@ -1,4 +1,4 @@
-"""Tests for plugins/module_utils/vllm_help_cache.py, with the real
+"""Tests for plugins/module_utils/flags/help_cache.py, with the real
 ``vllm serve --help=all`` of vLLM 0.32.0 and a venv laid out as pip lays it out."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import shutil
 import stat
 
 import pytest
-from ansible.module_utils.vllm_help_cache import (
+from ansible.module_utils.flags.help_cache import (
     FORMAT,
     HelpCache,
     dist_infos,

@@ -1,8 +1,8 @@
-"""Tests for plugins/module_utils/vllm_flag_history.py."""
+"""Tests for plugins/module_utils/flags/history.py."""
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.vllm_flag_history import FLAG_HISTORY, missing_flag_message
+from ansible.module_utils.flags.history import FLAG_HISTORY, missing_flag_message
 
 
 @pytest.mark.parametrize("option,dest,version,message", [

