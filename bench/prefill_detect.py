@@ -65,9 +65,9 @@ os.environ.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
 runpy.run_path(str(REPO / "plugins" / "module_utils_path.py"))
 if str(REPO / "bench" / "lib") not in sys.path:
     sys.path.insert(0, str(REPO / "bench" / "lib"))
-from ansible.module_utils import prefill  # noqa: E402
-from ansible.module_utils.prefill_client import EngineClient  # noqa: E402
-from ansible.module_utils.prefill_probe import probe, record  # noqa: E402
+from ansible.module_utils.prefill import decision as prefill  # noqa: E402
+from ansible.module_utils.prefill.client import EngineClient  # noqa: E402
+from ansible.module_utils.prefill.probe import probe, record  # noqa: E402
 from prefill_replay import false_positive_bound, replay  # noqa: E402
 
 # The inventories of the lab (lab/lab.sh makes their hosts); detect's knob exists only there.

@@ -1,7 +1,7 @@
 """A fake vLLM 0.32 API server on 127.0.0.1 for the prefill probe's tests, and
 synthetic healthy probe groups (:func:`healthy_groups`) for the decision's.
 
-Shared by tests/unit/module_utils/test_prefill_client.py, test_prefill_probe.py
+Shared by tests/unit/module_utils/prefill/test_client.py, test_probe.py
 and tests/unit/library/test_vllm_prefill_probe.py. It serves what the probe
 asks for (/health, /version, /metrics, /tokenize, /v1/completions) over
 HTTP/1.1 keep-alive, shaped like the real captures in tests/fixtures/prefill/
@@ -27,7 +27,7 @@ import socket
 import threading
 from pathlib import Path
 
-from ansible.module_utils.prefill import METRICS, WAITING_BY_REASON, parse_metrics
+from ansible.module_utils.prefill.decision import METRICS, WAITING_BY_REASON, parse_metrics
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "prefill"
 IDLE = (FIXTURES / "metrics-idle.txt").read_text()

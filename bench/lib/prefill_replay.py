@@ -4,7 +4,7 @@ calls healthy runs degraded.
 For ``bench/prefill_detect.py replay`` (docs/benchmarks.md) and the tests of the
 lab's recorded groups; no engine head runs it, so it lives here, not in
 plugins/module_utils/, which modules ship to the hosts. The rule itself is
-prefill.py's ``decide`` and ``threshold``, imported as a module does (run
+prefill/decision.py's ``decide`` and ``threshold``, imported as a module does (run
 plugins/module_utils_path.py first).
 """
 from __future__ import annotations
@@ -13,7 +13,15 @@ import dataclasses
 import itertools
 import typing as t
 
-from ansible.module_utils.prefill import FLOOR, MIN_GROUPS, Baseline, PrefillError, check_samples, decide, threshold
+from ansible.module_utils.prefill.decision import (
+    FLOOR,
+    MIN_GROUPS,
+    Baseline,
+    PrefillError,
+    check_samples,
+    decide,
+    threshold,
+)
 
 
 def false_positive_bound(n_clean: int, confidence: float = 0.95) -> float:

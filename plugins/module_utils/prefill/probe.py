@@ -3,9 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The probe's steps: health, quiet check, warm-up, samples, passive window.
 
-``probe`` and ``record`` drive an ``EngineClient`` (prefill_client.py) and
+``probe`` and ``record`` drive an ``EngineClient`` (client.py) and
 return plain dicts for ``library/vllm_prefill_probe.py``; the decision rules
-are ``prefill.decide`` and ``prefill.threshold``. Order of one probe:
+are ``decision.decide`` and ``decision.threshold``. Order of one probe:
 
 1. ``/health``: nothing answering, or not 200, is ``down``.
 2. A ``/metrics`` scrape. Requests running or waiting: no request is sent;
@@ -26,7 +26,8 @@ import datetime
 import time
 import typing as t
 
-from ansible.module_utils.prefill import (
+from ansible.module_utils.prefill.client import EngineClient, EngineTimeout, EngineUnreachable
+from ansible.module_utils.prefill.decision import (
     FLOOR,
     GROUP_SIZE,
     PASSIVE_PREFILLS,
@@ -38,7 +39,6 @@ from ansible.module_utils.prefill import (
     passive_window,
     threshold,
 )
-from ansible.module_utils.prefill_client import EngineClient, EngineTimeout, EngineUnreachable
 
 
 def _now() -> str:

@@ -1,4 +1,4 @@
-"""Tests for plugins/module_utils/prefill_probe.py: probe() and record() driving
+"""Tests for plugins/module_utils/prefill/probe.py: probe() and record() driving
 an EngineClient against the fake vLLM 0.32 server of tests/prefill_fake.py.
 
 Each verdict from what the engine really does (a slow-down after a baseline at
@@ -12,9 +12,9 @@ import time
 
 import pytest
 from ansible.module_utils import diagnosis
-from ansible.module_utils import prefill_client as pc
-from ansible.module_utils.prefill import FLOOR, GROUP_SIZE, PASSIVE_PREFILLS, Baseline
-from ansible.module_utils.prefill_probe import probe, record
+from ansible.module_utils.prefill import client as pc
+from ansible.module_utils.prefill.decision import FLOOR, GROUP_SIZE, PASSIVE_PREFILLS, Baseline
+from ansible.module_utils.prefill.probe import probe, record
 from prefill_fake import MODEL, PER_TOKEN, VERSION, FakeVllm, closed_port
 
 TOKENS = 32

@@ -1,4 +1,4 @@
-"""Property tests for plugins/module_utils/prefill_client.py over hostile
+"""Property tests for plugins/module_utils/prefill/client.py over hostile
 answers (tests/hostile.py): whatever answers on the engine's port. A raw
 socket server sends bytes as given: the real answers of tests/fixtures/prefill/
 (README.md there gives each source) framed by Content-Length or chunked and
@@ -25,9 +25,9 @@ import threading
 import time
 
 import pytest
-from ansible.module_utils import prefill_client as pc
-from ansible.module_utils import prefill_probe
-from ansible.module_utils.prefill import MAX_PROMPT_TOKENS, PrefillError, parse_metrics
+from ansible.module_utils.prefill import client as pc
+from ansible.module_utils.prefill import probe as prefill_probe
+from ansible.module_utils.prefill.decision import MAX_PROMPT_TOKENS, PrefillError, parse_metrics
 from hostile import HUGE_NUMBER, NOISE, any_text, assert_numbers_from, mutated, nested, raises_only
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -1,4 +1,4 @@
-"""Tests for plugins/module_utils/prefill_client.py: EngineClient against a fake
+"""Tests for plugins/module_utils/prefill/client.py: EngineClient against a fake
 vLLM 0.32 API server on 127.0.0.1 (tests/prefill_fake.py, built from the real
 captures in tests/fixtures/prefill/).
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from ansible.module_utils import prefill_client as pc
-from ansible.module_utils.prefill import PrefillError, parse_metrics
+from ansible.module_utils.prefill import client as pc
+from ansible.module_utils.prefill.decision import PrefillError, parse_metrics
 from prefill_fake import IDLE, MODEL, PER_TOKEN, VERSION, FakeVllm, closed_port
 
 
