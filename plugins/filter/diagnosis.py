@@ -1,6 +1,6 @@
 """Filter of the vllm_diagnose role: one engine's verdict from what its head measured.
 
-The logic lives in ``plugins/module_utils/diagnosis.py``, imported at the
+The logic lives in ``plugins/module_utils/fleet/diagnosis.py``, imported at the
 first call.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ runpy.run_path(str(Path(__file__).resolve().parents[1] / "module_utils_path.py")
 
 
 def _logic():
-    from ansible.module_utils import diagnosis
+    from ansible.module_utils.fleet import diagnosis
 
     return diagnosis
 

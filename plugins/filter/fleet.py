@@ -25,8 +25,8 @@ from ansible.errors import AnsibleFilterError
 # Makes plugins/module_utils importable as ansible.module_utils, as for a module.
 runpy.run_path(str(Path(__file__).resolve().parents[1] / "module_utils_path.py"))
 
-from ansible.module_utils import hub_model as _hub_model  # noqa: E402  (a hub model's folder and its problems)
-from ansible.module_utils.commands import command  # noqa: E402
+from ansible.module_utils.fleet import hub_model as _hub_model  # noqa: E402  (a hub model's folder and its problems)
+from ansible.module_utils.fleet.commands import command  # noqa: E402
 from ansible.module_utils.shared.numeric import finite_float, shown, text  # noqa: E402
 
 # The toolkit's defaults, written once. Another host's variables (hostvars)

@@ -1,6 +1,6 @@
 """Filters of a hub model's download (vllm_install's tasks/model.yml).
 
-The logic lives in ``plugins/module_utils/hub_model.py``, imported at the
+The logic lives in ``plugins/module_utils/fleet/hub_model.py``, imported at the
 first call.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ runpy.run_path(str(Path(__file__).resolve().parents[1] / "module_utils_path.py")
 
 
 def _logic():
-    from ansible.module_utils import hub_model
+    from ansible.module_utils.fleet import hub_model
 
     return hub_model
 

@@ -1,6 +1,6 @@
 """Filters of the rolling restart and its schedules.
 
-The logic lives in ``plugins/module_utils/restart_plan.py`` and
+The logic lives in ``plugins/module_utils/fleet/restart_plan.py`` and
 ``schedule.py``, imported at the first call.
 """
 from __future__ import annotations
@@ -27,11 +27,11 @@ def _call(module: str, error: str, func: str, *args, **kwargs):
 def restart_plan(engines, verdicts, **kwargs):
     """Engine records + {engine: diagnosis} -> the plan (restart_plan.plan)."""
     # Jinja hands over its own mapping types; the logic wants plain dicts.
-    return _call("restart_plan", "PlanError", "plan", _plain(engines), _plain(verdicts), **_plain(kwargs))
+    return _call("fleet.restart_plan", "PlanError", "plan", _plain(engines), _plain(verdicts), **_plain(kwargs))
 
 
 def restart_pool_check(before, after, tolerance):
-    return _call("restart_plan", "PlanError", "pool_check", before, after, tolerance)
+    return _call("fleet.restart_plan", "PlanError", "pool_check", before, after, tolerance)
 
 
 def _plain(value):
@@ -44,22 +44,23 @@ def _plain(value):
 
 
 def restart_report(plan, results, consumers_t=None, failed=""):
-    return _call("restart_plan", "PlanError", "report", _plain(plan), _plain(results), _plain(consumers_t), failed)
+    return _call("fleet.restart_plan", "PlanError", "report", _plain(plan), _plain(results), _plain(consumers_t),
+                 failed)
 
 
 def restart_report_line(report):
-    return _call("restart_plan", "PlanError", "report_line", _plain(report))
+    return _call("fleet.restart_plan", "PlanError", "report_line", _plain(report))
 
 
 def rrule_problems(rrule):
-    return _call("schedule", "ScheduleError", "rrule_problems", rrule)
+    return _call("fleet.schedule", "ScheduleError", "rrule_problems", rrule)
 
 
 def restart_cron_job(venv, private_dir, project_dir, inventory, playbook, lock, rotate=30, syslog_tag=""):
     """The /etc/cron.d command of a scheduled rolling restart (schedule.cron_job)."""
-    argv = _call("schedule", "ScheduleError", "runner_argv", venv, private_dir, project_dir, inventory, playbook,
+    argv = _call("fleet.schedule", "ScheduleError", "runner_argv", venv, private_dir, project_dir, inventory, playbook,
                  lock, rotate)
-    return _call("schedule", "ScheduleError", "cron_job", argv, syslog_tag)
+    return _call("fleet.schedule", "ScheduleError", "cron_job", argv, syslog_tag)
 
 
 class FilterModule:

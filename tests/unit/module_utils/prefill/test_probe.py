@@ -11,7 +11,7 @@ import datetime
 import time
 
 import pytest
-from ansible.module_utils import diagnosis
+from ansible.module_utils.fleet import diagnosis
 from ansible.module_utils.prefill import client as pc
 from ansible.module_utils.prefill.decision import FLOOR, GROUP_SIZE, PASSIVE_PREFILLS, Baseline
 from ansible.module_utils.prefill.probe import probe, record

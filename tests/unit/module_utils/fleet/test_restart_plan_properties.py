@@ -1,4 +1,4 @@
-"""Property tests for plugins/module_utils/restart_plan.py, schedule.py's
+"""Property tests for plugins/module_utils/fleet/restart_plan.py, schedule.py's
 runner_argv and their filter (plugins/filter/restart.py) over numbers past
 range (tests/hostile.py): every number the playbooks pass (the expected
 restart, the hold margin, the gate's limits, the pool before and after and its
@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from ansible.module_utils import restart_plan as rp
-from ansible.module_utils import schedule
+from ansible.module_utils.fleet import restart_plan as rp
+from ansible.module_utils.fleet import schedule
 from filter_plugins import load_filters
 from hostile import OUT_OF_RANGE, out_of_range
 from hypothesis import given

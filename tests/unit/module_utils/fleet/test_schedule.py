@@ -1,4 +1,4 @@
-"""Tests for plugins/module_utils/schedule.py: AWX's RRULE rules
+"""Tests for plugins/module_utils/fleet/schedule.py: AWX's RRULE rules
 (docs/reference/restart.md section 1.4) and the cron entry's ansible-runner
 command, run for real through sh and flock with a fake ansible-runner."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import stat
 import subprocess
 
 import pytest
-from ansible.module_utils import schedule as s
+from ansible.module_utils.fleet import schedule as s
 
 GOOD = [
     "DTSTART;TZID=Europe/Berlin:20261201T033000 RRULE:FREQ=DAILY;INTERVAL=1",

@@ -1,12 +1,12 @@
-"""Tests for plugins/module_utils/hub_model.py: a hub model's folder, and
+"""Tests for plugins/module_utils/fleet/hub_model.py: a hub model's folder, and
 hf download's failures (huggingface_hub 2.4.0), table-driven over the real
 client's captured output (tests/fixtures/hf-2.4.0, README.md there)."""
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils import hub_model as hm
+from ansible.module_utils.fleet import hub_model as hm
 
-FIXTURES = __import__("pathlib").Path(__file__).resolve().parents[2] / "fixtures" / "hf-2.4.0"
+FIXTURES = __import__("pathlib").Path(__file__).resolve().parents[3] / "fixtures" / "hf-2.4.0"
 REV = "0123456789abcdef0123456789abcdef01234567"
 TOKEN = "s3cret-token-value"
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import typing as t
 
-from ansible.module_utils.commands import command
+from ansible.module_utils.fleet.commands import command
 from ansible.module_utils.shared.numeric import finite, finite_float, shown
 
 POLICIES = ("always", "when-degraded")

@@ -1,4 +1,4 @@
-"""Property tests for plugins/module_utils/hub_model.py over hostile input
+"""Property tests for plugins/module_utils/fleet/hub_model.py over hostile input
 (tests/hostile.py) and the real client's captures (tests/fixtures/hf-2.4.0).
 
 What they promise: hf's stderr, whatever it holds, is classified into one of
@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ansible.module_utils import hub_model as hm
+from ansible.module_utils.fleet import hub_model as hm
 from hostile import any_text, documents, mutated, raises_only
 from hypothesis import given
 from hypothesis import strategies as st
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "hf-2.4.0"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "hf-2.4.0"
 LINES = [line for p in sorted(FIXTURES.glob("*.stderr")) for line in p.read_text().splitlines()]
 STDERR = st.one_of(any_text(), documents(LINES), mutated(LINES))
 TOKENS = st.text(min_size=1, max_size=40)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.commands import command
+from ansible.module_utils.fleet.commands import command
 from hypothesis import given
 from hypothesis import strategies as st
 

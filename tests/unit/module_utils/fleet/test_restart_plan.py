@@ -1,4 +1,4 @@
-"""Tests for plugins/module_utils/restart_plan.py: which engines the rolling
+"""Tests for plugins/module_utils/fleet/restart_plan.py: which engines the rolling
 restart touches, in which order and how each is drained (plan), the KV pool
 check after a restart (pool_check), and the run's report and its one line
 (report, report_line).
@@ -9,8 +9,8 @@ engine_records), verdicts like diagnosis.py's result per engine.
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils import restart_plan as rp
-from ansible.module_utils.restart_plan import PlanError
+from ansible.module_utils.fleet import restart_plan as rp
+from ansible.module_utils.fleet.restart_plan import PlanError
 
 URL1 = "http://10.0.0.1:8000/v1"
 URL2 = "http://10.0.0.2:8000/v1"

@@ -1,4 +1,4 @@
-"""Property tests for plugins/module_utils/diagnosis.py and its filter over
+"""Property tests for plugins/module_utils/fleet/diagnosis.py and its filter over
 numbers past range (tests/hostile.py): every figure the modules hand it (the
 probe's, its /metrics snapshots', the passive reading's, the KV pool's, a
 flag's, the context) replaced by 5,000 digits, inf, nan, an int past float's
@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from ansible.module_utils import diagnosis as d
+from ansible.module_utils.fleet import diagnosis as d
 from filter_plugins import load_filters
 from hostile import OUT_OF_RANGE, out_of_range
 from hypothesis import given

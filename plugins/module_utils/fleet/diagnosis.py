@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import typing as t
 
-from ansible.module_utils.commands import command
+from ansible.module_utils.fleet.commands import command
 from ansible.module_utils.shared.numeric import finite
 
 VERDICTS = ("healthy", "kv-bound", "preempting", "prefill-degraded", "wedged", "down", "inconclusive")

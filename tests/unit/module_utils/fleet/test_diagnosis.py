@@ -1,4 +1,4 @@
-"""Tests for plugins/module_utils/diagnosis.py (diagnose) and its filter,
+"""Tests for plugins/module_utils/fleet/diagnosis.py (diagnose) and its filter,
 plugins/filter/diagnosis.py (engine_diagnosis).
 
 Table-driven over results shaped like what the modules return: the probe's
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import diagnosis as d
+from ansible.module_utils.fleet import diagnosis as d
 from ansible.module_utils.prefill.decision import parse_metrics
 from filter_plugins import load_filters
 
@@ -20,7 +20,7 @@ from filter_plugins import load_filters
 FILTERS = load_filters("diagnosis")
 from ansible.errors import AnsibleFilterError  # noqa: E402
 
-IDLE = parse_metrics((Path(__file__).resolve().parents[2] / "fixtures" / "prefill" / "metrics-idle.txt")
+IDLE = parse_metrics((Path(__file__).resolve().parents[3] / "fixtures" / "prefill" / "metrics-idle.txt")
                      .read_text()).as_dict()
 KV = {"kv_cache_tokens": 4736, "full_context_sessions": 2}
 CONTEXT = 2048
