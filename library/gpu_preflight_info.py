@@ -260,7 +260,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpu_preflight import (
+from ansible.module_utils.host.gpu_preflight import (
     GPU_CHECKS,
     Check,
     PreflightError,
@@ -285,7 +285,7 @@ from ansible.module_utils.gpu_preflight import (
     tool_missing,
     validate_options,
 )
-from ansible.module_utils.nvidia_smi import (
+from ansible.module_utils.host.nvidia_smi import (
     QUERY_ARGS,
     NvidiaSmiError,
     NvidiaSmiFailure,

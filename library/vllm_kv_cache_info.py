@@ -265,6 +265,7 @@ changed:
 import math
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.host.systemd import parse_show
 from ansible.module_utils.kv.cache import (
     CapacityNotFoundError,
     KvCacheError,
@@ -279,7 +280,6 @@ from ansible.module_utils.kv.cache import (
     unit_invocation,
 )
 from ansible.module_utils.shared.numeric import shown
-from ansible.module_utils.systemd import parse_show
 
 ARGUMENT_SPEC = dict(
     path=dict(type="path"),

@@ -227,6 +227,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.host.systemd import active_since, parse_show
 from ansible.module_utils.prefill.client import EngineClient
 from ansible.module_utils.prefill.decision import (
     MAX_BASELINE,
@@ -239,7 +240,6 @@ from ansible.module_utils.prefill.decision import (
 )
 from ansible.module_utils.prefill.probe import probe, record
 from ansible.module_utils.shared.numeric import shown
-from ansible.module_utils.systemd import active_since, parse_show
 
 ARGUMENT_SPEC = dict(
     url=dict(type="str", required=True),

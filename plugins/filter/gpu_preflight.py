@@ -1,7 +1,7 @@
 """Filters of the gpu_preflight role: the engine-wide clock and link MTU
 checks and the per-host report.
 
-The logic lives in ``plugins/module_utils/gpu_preflight.py``.
+The logic lives in ``plugins/module_utils/host/gpu_preflight.py``.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ansible.errors import AnsibleFilterError
 # Makes plugins/module_utils importable as ansible.module_utils, as for a module.
 runpy.run_path(str(Path(__file__).resolve().parents[1] / "module_utils_path.py"))
 
-from ansible.module_utils import gpu_preflight as _logic  # noqa: E402
+from ansible.module_utils.host import gpu_preflight as _logic  # noqa: E402
 from ansible.module_utils.shared import numeric as _numeric  # noqa: E402
 
 

@@ -21,8 +21,8 @@ from ansible.module_utils.flags.cmdline import ParsedCmdline, parse_cmdline
 from ansible.module_utils.flags.errors import CmdlineError, SourceError
 from ansible.module_utils.flags.help import FlagTable
 from ansible.module_utils.flags.secrets_mask import mask_argv
+from ansible.module_utils.host.systemd import UnitInfo, unit_info
 from ansible.module_utils.shared.pyrepr import MAX_DEPTH
-from ansible.module_utils.systemd import UnitInfo, unit_info
 
 _JSON_SPECIAL = re.compile(r'[\[\]{}"\\]')
 

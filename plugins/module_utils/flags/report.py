@@ -29,9 +29,9 @@ from ansible.module_utils.flags.errors import SourceError, VllmFlagsError
 from ansible.module_utils.flags.help import FlagTable
 from ansible.module_utils.flags.secrets_mask import mask_argv
 from ansible.module_utils.flags.settings import SOURCE_CMDLINE, SOURCE_LOG, Setting
+from ansible.module_utils.host.systemd import UnitInfo
 from ansible.module_utils.shared.numeric import shown
 from ansible.module_utils.shared.versions import release_tuple
-from ansible.module_utils.systemd import UnitInfo
 
 
 @dataclass

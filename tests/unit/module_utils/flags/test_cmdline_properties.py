@@ -22,8 +22,8 @@ import vllm_flags_info
 from ansible.module_utils.flags.cmdline import parse_cmdline, read_proc_cmdline, split_cmdline
 from ansible.module_utils.flags.errors import CmdlineError, SourceError
 from ansible.module_utils.flags.help import parse_help
+from ansible.module_utils.host.systemd import unit_info
 from ansible.module_utils.shared.pyrepr import MAX_DEPTH
-from ansible.module_utils.systemd import unit_info
 from help_tables import FIXTURES, HELP_PATH
 from hostile import (
     HUGE_NUMBER,

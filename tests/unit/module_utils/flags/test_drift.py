@@ -5,7 +5,7 @@ import pytest
 from ansible.module_utils.flags.cmdline import parse_cmdline
 from ansible.module_utils.flags.drift import compare_unit, drift_message, running_unit, split_exec_argv
 from ansible.module_utils.flags.errors import SourceError
-from ansible.module_utils.systemd import UnitInfo
+from ansible.module_utils.host.systemd import UnitInfo
 
 # The ExecStart format systemd prints (systemctl show, systemd 252):
 # `{ path=P ; argv[]=A B C ; ignore_errors=no ; start_time=[...] ; stop_time=[...] ; pid=N ; code=... ; status=... }`

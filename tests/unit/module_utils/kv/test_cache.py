@@ -12,8 +12,8 @@ import re
 from pathlib import Path
 
 import pytest
+from ansible.module_utils.host.systemd import parse_show
 from ansible.module_utils.kv import cache as kv
-from ansible.module_utils.systemd import parse_show
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 BOOTLOGS = FIXTURES / "vllm-bootlogs"

@@ -1,4 +1,4 @@
-"""Tests for plugins/module_utils/gpu_preflight.py: each check over the real
+"""Tests for plugins/module_utils/host/gpu_preflight.py: each check over the real
 captures in tests/fixtures/nvidia-smi/ and tests/fixtures/host-probes/ (see
 each folder's INDEX.md for the sources and expected values), the module's
 option checks, and the disk check over a model directory in tmp_path.
@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.gpu_preflight import (
+from ansible.module_utils.host.gpu_preflight import (
     GIB,
     STAGED_FILES_LIMIT,
     Check,
@@ -46,9 +46,9 @@ from ansible.module_utils.gpu_preflight import (
     tool_missing,
     validate_options,
 )
-from ansible.module_utils.nvidia_smi import NvidiaSmiError, merge, parse_csv, parse_table
+from ansible.module_utils.host.nvidia_smi import NvidiaSmiError, merge, parse_csv, parse_table
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 SMI = FIXTURES / "nvidia-smi"
 HOST = FIXTURES / "host-probes"
 

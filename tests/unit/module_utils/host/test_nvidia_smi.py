@@ -1,4 +1,4 @@
-"""Tests for plugins/module_utils/nvidia_smi.py, table-driven over every real
+"""Tests for plugins/module_utils/host/nvidia_smi.py, table-driven over every real
 capture in tests/fixtures/nvidia-smi/ and asserted to the values its INDEX.md
 gives. A leading ``$ command`` line in a capture is the pasted prompt, not
 nvidia-smi's output, and is split off before parsing.
@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.nvidia_smi import (
+from ansible.module_utils.host.nvidia_smi import (
     FAILURES,
     QUERY_ARGS,
     QUERY_FIELDS,
@@ -20,7 +20,7 @@ from ansible.module_utils.nvidia_smi import (
     parse_table,
 )
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia-smi"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "nvidia-smi"
 
 
 def load(name: str) -> str:

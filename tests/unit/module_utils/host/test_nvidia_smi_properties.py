@@ -1,4 +1,4 @@
-"""Property tests for plugins/module_utils/nvidia_smi.py over hostile input
+"""Property tests for plugins/module_utils/host/nvidia_smi.py over hostile input
 (tests/hostile.py), drawn from the real captures in tests/fixtures/nvidia-smi/
 (INDEX.md gives each source): the default table, the CSV query and the failure
 messages, cut, noised, mutated line by line and shuffled.
@@ -16,8 +16,13 @@ import re
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.gpu_preflight import check_cuda_version, check_gpu_count, check_gpu_driver, check_gpu_memory
-from ansible.module_utils.nvidia_smi import (
+from ansible.module_utils.host.gpu_preflight import (
+    check_cuda_version,
+    check_gpu_count,
+    check_gpu_driver,
+    check_gpu_memory,
+)
+from ansible.module_utils.host.nvidia_smi import (
     FAILURES,
     QUERY_FIELDS,
     NvidiaSmiError,
@@ -43,8 +48,8 @@ from hostile import (
 from hypothesis import given
 from hypothesis import strategies as st
 
-SMI = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia-smi"
-MEMINFO = (Path(__file__).resolve().parents[2] / "fixtures" / "host-probes"
+SMI = Path(__file__).resolve().parents[3] / "fixtures" / "nvidia-smi"
+MEMINFO = (Path(__file__).resolve().parents[3] / "fixtures" / "host-probes"
            / "meminfo_head_dev_container.txt").read_text()
 
 

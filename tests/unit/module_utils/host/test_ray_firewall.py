@@ -1,11 +1,11 @@
-"""Tests for plugins/module_utils/ray_firewall.py: what the Ray firewall on an
+"""Tests for plugins/module_utils/host/ray_firewall.py: what the Ray firewall on an
 engine host admits (the engine's peers) and resets (Ray's ports and the
 ephemeral range, less the open ports), and its input checks, with property
 tests over hostile ip_local_port_range text (tests/hostile.py)."""
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.ray_firewall import FirewallError, ephemeral_range, rules
+from ansible.module_utils.host.ray_firewall import FirewallError, ephemeral_range, rules
 from hostile import any_text, assert_numbers_from, cut_points, mutated, raises_only
 from hypothesis import given
 from hypothesis import strategies as st

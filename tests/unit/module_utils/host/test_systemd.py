@@ -1,9 +1,9 @@
-"""Tests for plugins/module_utils/systemd.py, over the output shapes of
+"""Tests for plugins/module_utils/host/systemd.py, over the output shapes of
 ``systemctl show -p ...`` (systemd 252) that the modules ask for."""
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.systemd import exec_command, main_pid, parse_show, unit_info
+from ansible.module_utils.host.systemd import exec_command, main_pid, parse_show, unit_info
 
 # vllm_flags_info's `systemctl show -p MainPID -p ExecStart -p LoadState vllm.service`
 FLAGS_SHOW = (

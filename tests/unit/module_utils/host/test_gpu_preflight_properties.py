@@ -1,4 +1,4 @@
-"""Property tests for plugins/module_utils/gpu_preflight.py over hostile input
+"""Property tests for plugins/module_utils/host/gpu_preflight.py over hostile input
 (tests/hostile.py): the host-probe parsers (``/proc/meminfo``, ``ip -o -4
 addr``, ``ss -Htlnp``, ``/proc/<pid>/cgroup``) over the real captures in
 tests/fixtures/host-probes/ (INDEX.md gives each source) cut, noised and
@@ -22,7 +22,7 @@ from pathlib import Path
 import gpu_preflight_info
 import pytest
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpu_preflight import (
+from ansible.module_utils.host.gpu_preflight import (
     Check,
     PreflightError,
     PreflightOptionError,
@@ -41,7 +41,7 @@ from ansible.module_utils.gpu_preflight import (
     parse_ss,
     validate_options,
 )
-from ansible.module_utils.nvidia_smi import SmiReport
+from ansible.module_utils.host.nvidia_smi import SmiReport
 from filter_plugins import load_filters
 from hostile import (
     HUGE_NUMBER,
@@ -63,7 +63,7 @@ from hypothesis import strategies as st
 FILTERS = load_filters("gpu_preflight")
 from ansible.errors import AnsibleFilterError  # noqa: E402  (after load_filters, see filter_plugins.py)
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 HOST = FIXTURES / "host-probes"
 SMI = FIXTURES / "nvidia-smi"
 

