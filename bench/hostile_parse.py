@@ -2,7 +2,7 @@
 """Benchmark: every parser in plugins/module_utils/ on hostile input, 10 MiB.
 
 What it measures: each parser the property tests check for linear time
-(every ``assert_linear`` call in tests/unit/module_utils/test_*.py), on the
+(every ``assert_linear`` call in tests/unit/module_utils/**/test_*.py), on the
 very input that call builds (a keyword prefix repeated, a line padded with
 spaces, deep brackets, a huge CSV field, a long command line, ...). The bench
 takes those (parser, input builder) pairs from the tests themselves, so it
@@ -67,9 +67,9 @@ FULL_SIZE_LIMIT_S = 60.0
 
 
 class Case(t.NamedTuple):
-    parser: str       # e.g. "nvidia_smi.parse_table"
+    parser: str       # e.g. "host.nvidia_smi.parse_table"
     kind: str         # the builder's expression, or the parametrized case's id
-    test: str         # "test_module::test_name[id]"
+    test: str         # "host/test_nvidia_smi::test_name[id]"
     fn: t.Callable[[t.Any], t.Any]
     build: t.Callable[[int], t.Any]
 

@@ -1,7 +1,7 @@
 """Shared pytest wiring.
 
 Makes the repository's ``plugins/module_utils`` importable as
-``ansible.module_utils.<name>`` (as Ansible does at run time through
+``ansible.module_utils.<package>.<name>`` (as Ansible does at run time through
 ``ansible.cfg``) and the ``library/`` modules importable by name, and gives
 tests a ``run_module`` helper that runs a module's ``main()`` in-process.
 """
