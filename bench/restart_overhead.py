@@ -31,7 +31,8 @@ KEYS = ("downtime_s", "ray_s", "engine_boot_s", "checks_s", "drained_s", "overhe
 
 def one_run(report: Path) -> dict:
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
-    r = subprocess.run([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", "inventory/lab", "playbooks/rolling-restart.yml",
+    r = subprocess.run([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", "inventory/lab",
+                        "playbooks/rolling-restart.yml",
                         "-e", "restart_policy=always", "-e", f"vllm_restart_report_path={report}"],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
     if r.returncode != 0:

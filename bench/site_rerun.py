@@ -31,7 +31,8 @@ def run_site(profile: bool, extra: list[str] | None = None) -> tuple[float, str]
         env["ANSIBLE_CALLBACKS_ENABLED"] = "ansible.posix.profile_tasks"
         env["PROFILE_TASKS_TASK_OUTPUT_LIMIT"] = "15"
     start = time.monotonic()
-    r = subprocess.run([PLAYBOOK, "-v", "-i", "inventory/lab", "site.yml", *(extra or [])], cwd=REPO, env=env, capture_output=True, text=True)
+    r = subprocess.run([PLAYBOOK, "-v", "-i", "inventory/lab", "site.yml", *(extra or [])], cwd=REPO, env=env,
+                       capture_output=True, text=True)
     took = time.monotonic() - start
     if r.returncode != 0:
         sys.exit(f"site.yml failed (rc={r.returncode}):\n{r.stdout[-3000:]}")
@@ -52,7 +53,8 @@ def main() -> None:
     times, outs, fresh = [], [], []
     for rep in range(args.reps):
         if args.compare:
-            took, out = run_site(profile=False, extra=["-e", f"vllm_fleet_help_cache=/tmp/vllm-help-bench-{os.getpid()}-{rep}"])
+            took, out = run_site(profile=False,
+                                 extra=["-e", f"vllm_fleet_help_cache=/tmp/vllm-help-bench-{os.getpid()}-{rep}"])
             fresh.append(took)
             print(f"rerun, flag table read fresh: {took:6.1f} s, changed={changed(out)}", flush=True)
         took, out = run_site(profile=True)

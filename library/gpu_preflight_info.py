@@ -63,7 +63,8 @@ options:
     description: The lowest CUDA version the driver must support, such as C(12.8). Unset, it is reported only.
     type: str
   interface:
-    description: The interface of the engine's subnet (C(NCCL_SOCKET_IFNAME)). Unset, O(address) is looked up on any interface.
+    description: The interface of the engine's subnet (C(NCCL_SOCKET_IFNAME)). Unset, O(address) is looked up on any
+      interface.
     type: str
   address:
     description: This host's IPv4 address in the engine (C(VLLM_HOST_IP)).
@@ -160,7 +161,8 @@ message:
   description: One line when everything passed, otherwise every failed check with its C(fix:) hint, one per line.
   returned: always
   type: str
-  sample: "1 of 7 preflight checks failed:\n- ports_free: 8000 held by python3 (pid 4242)\n  fix: Stop the other service..."
+  sample: "1 of 7 preflight checks failed:\n- ports_free: 8000 held by python3 (pid 4242)\n  fix: Stop the other
+    service..."
 checks:
   description: One verdict per check, in order.
   returned: always
@@ -258,7 +260,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpu_preflight import (
+from ansible.module_utils.host.gpu_preflight import (
     GPU_CHECKS,
     Check,
     PreflightError,
@@ -283,7 +285,7 @@ from ansible.module_utils.gpu_preflight import (
     tool_missing,
     validate_options,
 )
-from ansible.module_utils.nvidia_smi import (
+from ansible.module_utils.host.nvidia_smi import (
     QUERY_ARGS,
     NvidiaSmiError,
     NvidiaSmiFailure,
@@ -369,7 +371,8 @@ def _probe_gpu(module):
     else:
         why = classify_failure(f"{out}\n{err}")
         module.warn(
-            f"nvidia-smi's CSV query failed ({why or (err or out).strip()[:200]}); GPU names and memory come from the table"
+            f"nvidia-smi's CSV query failed ({why or (err or out).strip()[:200]});"
+            " GPU names and memory come from the table"
         )
     return merge(table, query), None
 

@@ -133,9 +133,9 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.numeric import finite, shown
-from ansible.module_utils.polling import MAX_WAIT_S, PollArgumentError, Poller, validate_poll
 from ansible.module_utils.ray_cluster import POLL_S, PROBE, RayProbeError, parse_probe_output, verdict
+from ansible.module_utils.shared.numeric import finite, shown
+from ansible.module_utils.shared.polling import MAX_WAIT_S, PollArgumentError, Poller, validate_poll
 
 ARGUMENT_SPEC = dict(
     address=dict(type="str", required=True),

@@ -86,7 +86,7 @@ open:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ray_firewall import FirewallError, rules
+from ansible.module_utils.host.ray_firewall import FirewallError, rules
 
 RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
 

@@ -2,7 +2,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Check the flags a running vLLM server was started with (logic: module_utils/vllm_flags_report.py)."""
+"""Check the flags a running vLLM server was started with (logic: module_utils/flags/report.py)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ description:
     and compares the effective values with what the operator wants.
   - A flag that is not on the command line has the version's default, as the help shows it.
   - The boot log's C(non-default args) line can add explicit values and the version.
-  - Never changes the server or its unit (it writes only its own O(help_cache) entries). Reports mismatches, flags this version does not have, and drift
-    between a unit's configured C(ExecStart) and the process it runs.
+  - Never changes the server or its unit (it writes only its own O(help_cache) entries). Reports mismatches, flags this
+    version does not have, and drift between a unit's configured C(ExecStart) and the process it runs.
   - "Command line forms: C(vllm serve MODEL ...), C([python] /opt/venv/bin/vllm serve ...),
     C(python -m vllm.entrypoints.openai.api_server ...), C(python -m vllm.entrypoints.cli.main serve ...),
     with wrappers such as C(env) or C(bash -c) in front."
@@ -223,9 +223,11 @@ mismatches:
       actual: false
       source: command line
       check: expect
-      message: "scheduler_reserve_full_isl: expected true, running false (--no-scheduler-reserve-full-isl on the command line)"
+      message: "scheduler_reserve_full_isl: expected true, running false (--no-scheduler-reserve-full-isl on the
+        command line)"
 unsupported:
-  description: Flags this vLLM version does not have, named on the command line, in the boot log, in O(expect) or O(forbid).
+  description: Flags this vLLM version does not have, named on the command line, in the boot log, in O(expect) or
+    O(forbid).
   returned: always
   type: list
   elements: dict
@@ -252,12 +254,14 @@ unsupported:
       added_in: 0.19.0
       message: vLLM 0.18.0 has no --scheduler-reserve-full-isl (added in 0.19.0)
 drift:
-  description: Whether the unit's configured ExecStart differs from the running command line; null when not from O(unit).
+  description: Whether the unit's configured ExecStart differs from the running command line; null when not from
+    O(unit).
   returned: always
   type: bool
   sample: false
 cmdline:
-  description: The running command line, with the values of C(--api-key), C(--hf-token) and C(*TOKEN*=)/C(*KEY*=) words masked; null for O(log_path) alone.
+  description: The running command line, with the values of C(--api-key), C(--hf-token) and C(*TOKEN*=)/C(*KEY*=)
+    words masked; null for O(log_path) alone.
   returned: always
   type: list
   elements: str
@@ -289,14 +293,14 @@ changed:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.versions import version_from_output
-from ansible.module_utils.vllm_bootlog import parse_boot_log
-from ansible.module_utils.vllm_cmdline import read_proc_cmdline, split_cmdline
-from ansible.module_utils.vllm_drift import running_unit
-from ansible.module_utils.vllm_flag_errors import SourceError, VllmFlagsError
-from ansible.module_utils.vllm_flags_report import boot_log_warning, flags_report
-from ansible.module_utils.vllm_help import parse_help
-from ansible.module_utils.vllm_help_cache import HelpCache, entry_text, environment_of, fingerprint
+from ansible.module_utils.flags.bootlog import parse_boot_log
+from ansible.module_utils.flags.cmdline import read_proc_cmdline, split_cmdline
+from ansible.module_utils.flags.drift import running_unit
+from ansible.module_utils.flags.errors import SourceError, VllmFlagsError
+from ansible.module_utils.flags.help import parse_help
+from ansible.module_utils.flags.help_cache import HelpCache, entry_text, environment_of, fingerprint
+from ansible.module_utils.flags.report import boot_log_warning, flags_report
+from ansible.module_utils.shared.versions import version_from_output
 
 ARGUMENT_SPEC = dict(
     cmdline=dict(type="raw"),

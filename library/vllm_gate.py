@@ -14,7 +14,7 @@ description:
     community.general's haproxy module. Reads C(GET /admin/state), then asks for the wanted state only when the
     gate is not in it already.
   - "What the playbooks wait on comes back as RV(idle) and RV(ready) (their one meaning:
-    plugins/module_utils/gate_admin.py); wait with C(until:) on them, so each try shows."
+    plugins/module_utils/fleet/gate_admin.py); wait with C(until:) on them, so each try shows."
   - Runs where the gate's URL is reachable (the controller, with C(delegate_to) localhost).
 options:
   url:
@@ -118,7 +118,7 @@ status:
 import json
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gate_admin import GateAdminError, call_for, facts, read_state
+from ansible.module_utils.fleet.gate_admin import GateAdminError, call_for, facts, read_state
 from ansible.module_utils.urls import fetch_url
 
 

@@ -3,7 +3,7 @@
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Probe a vLLM server's /health, together with its systemd unit, once or until it is ready or dead
-(logic: module_utils/vllm_health.py, the wait: module_utils/polling.py)."""
+(logic: module_utils/host/vllm_health.py, the wait: module_utils/shared/polling.py)."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -141,9 +141,9 @@ journal_tail:
 root_cause:
   description:
     - >-
-      When the unit is dead or not ready yet, the last exception line (C(SomethingError: ...)) in its current run's journal,
-      without vLLM's wrappers that only point elsewhere (C(Engine core initialization failed. See root cause above),
-      C(... See stack trace for root cause.)).
+      When the unit is dead or not ready yet, the last exception line (C(SomethingError: ...)) in its current run's
+      journal, without vLLM's wrappers that only point elsewhere (C(Engine core initialization failed. See root cause
+      above), C(... See stack trace for root cause.)).
     - Null when the server is ready, without O(unit), or when its journal holds no exception.
   returned: always
   type: str
@@ -168,9 +168,8 @@ import urllib.error
 import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.polling import Poller
-from ansible.module_utils.systemd import active_since, parse_show
-from ansible.module_utils.vllm_health import (
+from ansible.module_utils.host.systemd import active_since, parse_show
+from ansible.module_utils.host.vllm_health import (
     POLL_S,
     HealthArgumentError,
     JournalEvidence,
@@ -181,6 +180,7 @@ from ansible.module_utils.vllm_health import (
     journal_evidence,
     validate_options,
 )
+from ansible.module_utils.shared.polling import Poller
 
 ARGUMENT_SPEC = dict(
     url=dict(type="str", required=True),

@@ -265,9 +265,8 @@ changed:
 import math
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.numeric import shown
-from ansible.module_utils.systemd import parse_show
-from ansible.module_utils.vllm_kv_cache import (
+from ansible.module_utils.host.systemd import parse_show
+from ansible.module_utils.kv.cache import (
     CapacityNotFoundError,
     KvCacheError,
     SourceError,
@@ -280,6 +279,7 @@ from ansible.module_utils.vllm_kv_cache import (
     text_chunks,
     unit_invocation,
 )
+from ansible.module_utils.shared.numeric import shown
 
 ARGUMENT_SPEC = dict(
     path=dict(type="path"),

@@ -2,7 +2,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Time an engine's prefill against its own baseline (logic: module_utils/prefill*.py)."""
+"""Time an engine's prefill against its own baseline (logic: module_utils/prefill/)."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -227,8 +227,9 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.numeric import shown
-from ansible.module_utils.prefill import (
+from ansible.module_utils.host.systemd import active_since, parse_show
+from ansible.module_utils.prefill.client import EngineClient
+from ansible.module_utils.prefill.decision import (
     MAX_BASELINE,
     MAX_GROUPS,
     MAX_PROMPT_TOKENS,
@@ -237,9 +238,8 @@ from ansible.module_utils.prefill import (
     baseline_from_json,
     baseline_to_json,
 )
-from ansible.module_utils.prefill_client import EngineClient
-from ansible.module_utils.prefill_probe import probe, record
-from ansible.module_utils.systemd import active_since, parse_show
+from ansible.module_utils.prefill.probe import probe, record
+from ansible.module_utils.shared.numeric import shown
 
 ARGUMENT_SPEC = dict(
     url=dict(type="str", required=True),

@@ -1,13 +1,14 @@
 """Shared pytest wiring.
 
 Makes the repository's ``plugins/module_utils`` importable as
-``ansible.module_utils.<name>`` (as Ansible does at run time through
+``ansible.module_utils.<package>.<name>`` (as Ansible does at run time through
 ``ansible.cfg``) and the ``library/`` modules importable by name, and gives
 tests a ``run_module`` helper that runs a module's ``main()`` in-process.
 """
 from __future__ import annotations
 
 import json
+import runpy
 import sys
 from pathlib import Path
 
@@ -16,11 +17,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
 
-import ansible.module_utils  # noqa: E402
-
-_MU = str(REPO / "plugins" / "module_utils")
-if _MU not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(_MU)
+runpy.run_path(str(REPO / "plugins" / "module_utils_path.py"))
 if str(REPO / "library") not in sys.path:
     sys.path.insert(0, str(REPO / "library"))
 

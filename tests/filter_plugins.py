@@ -28,8 +28,8 @@ def load_filters(stem: str) -> dict:
 
 
 def top_level_imports(path: Path) -> set:
-    """The top-level package of every import in a Python file: a module_utils file that
-    a filter loads by path, outside ansible.module_utils, may import the standard library only."""
+    """The top-level package of every import in a Python file (a leaf module_utils file
+    imports the standard library only)."""
     tree = ast.parse(Path(path).read_text())
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}

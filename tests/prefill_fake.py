@@ -1,6 +1,7 @@
-"""A fake vLLM 0.32 API server on 127.0.0.1 for the prefill probe's tests.
+"""A fake vLLM 0.32 API server on 127.0.0.1 for the prefill probe's tests, and
+synthetic healthy probe groups (:func:`healthy_groups`) for the decision's.
 
-Shared by tests/unit/module_utils/test_prefill_client.py, test_prefill_probe.py
+Shared by tests/unit/module_utils/prefill/test_client.py, test_probe.py
 and tests/unit/library/test_vllm_prefill_probe.py. It serves what the probe
 asks for (/health, /version, /metrics, /tokenize, /v1/completions) over
 HTTP/1.1 keep-alive, shaped like the real captures in tests/fixtures/prefill/
@@ -21,11 +22,12 @@ from __future__ import annotations
 
 import http.server
 import json
+import random
 import socket
 import threading
 from pathlib import Path
 
-from ansible.module_utils.prefill import METRICS, WAITING_BY_REASON, parse_metrics
+from ansible.module_utils.prefill.decision import METRICS, WAITING_BY_REASON, parse_metrics
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "prefill"
 IDLE = (FIXTURES / "metrics-idle.txt").read_text()
@@ -62,6 +64,12 @@ def _family(line: str) -> str:
 
 _READ = {_family(name) for name in list(METRICS.values()) + [WAITING_BY_REASON]}
 TRIMMED = "".join(line for line in IDLE.splitlines(True) if _family(line) in _READ)
+
+
+def healthy_groups(seed: int, count: int, noise: float = 0.23, base_s: float = 4e-5):
+    """Synthetic healthy groups: each sample uniform within +-noise of base_s."""
+    rnd = random.Random(seed)
+    return [tuple(base_s * rnd.uniform(1 - noise, 1 + noise) for _ in range(4)) for _ in range(count)]
 
 
 def closed_port() -> int:

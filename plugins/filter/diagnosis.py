@@ -1,37 +1,24 @@
 """Filter of the vllm_diagnose role: one engine's verdict from what its head measured.
 
-The logic lives in ``plugins/module_utils/diagnosis.py`` (standard library
-only); filter plugins cannot import the project's module_utils through
-``ansible.module_utils``, so it is loaded by file path, after the
-``numeric.py`` it imports.
+The logic lives in ``plugins/module_utils/fleet/diagnosis.py``, imported at the
+first call.
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
+import runpy
 from collections.abc import Mapping
 from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
-_MODULE_UTILS = Path(__file__).resolve().parent.parent / "module_utils"
-
-
-def _load(stem: str, name: str):
-    """plugins/module_utils/<stem>.py as the module ``name``."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, _MODULE_UTILS / f"{stem}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+# Makes plugins/module_utils importable as ansible.module_utils, as for a module.
+runpy.run_path(str(Path(__file__).resolve().parents[1] / "module_utils_path.py"))
 
 
 def _logic():
-    # Under the name diagnosis.py imports it by, as Ansible ships it to a module.
-    _load("numeric", "ansible.module_utils.numeric")
-    _load("commands", "ansible.module_utils.commands")
-    return _load("diagnosis", "vllm_fleet_diagnosis_logic")
+    from ansible.module_utils.fleet import diagnosis
+
+    return diagnosis
 
 
 def engine_diagnosis(probe, kv=None, flags=None, context_tokens=None, engine="", inventory_arg=""):
@@ -51,8 +38,8 @@ def recovery_summary(slurped):
     power-cut recovery did last ({attempts, last_action, last_reason, at, gave_up}), or None."""
     import base64
 
-    _load("ray_cluster", "ansible.module_utils.ray_cluster")
-    logic = _load("engine_recovery", "vllm_fleet_engine_recovery_logic")
+    from ansible.module_utils import engine_recovery as logic
+
     content = slurped.get("content") if isinstance(slurped, Mapping) else None
     if not isinstance(content, str):
         return None

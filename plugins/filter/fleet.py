@@ -3,10 +3,8 @@
 An engine (a TP group) is the set of hosts in the engines group that share a
 ``vllm_fleet_engine`` name; its rank-0 host is the head (Ray head, ``vllm
 serve``). ``engine_records`` builds the one record of each engine that every
-role, report and restart reads. Filter plugins cannot import the project's
-module_utils through ``ansible.module_utils``: the one helper shared with
-them, ``numeric.py`` (numbers past an int's or a float's range, read and
-quoted without raising), is loaded by file path.
+role, report and restart reads. Numbers past an int's or a float's range
+are read and quoted without raising by ``plugins/module_utils/shared/numeric.py``.
 
 A knob read as a number is a finite number in its range, or a problem that
 names it; no number an inventory holds (5,000 digits, inf, nan) raises
@@ -14,36 +12,22 @@ anything but AnsibleFilterError.
 """
 from __future__ import annotations
 
-import importlib.util
 import ipaddress
 import os
 import re
+import runpy
 import shlex
-import sys
 from functools import lru_cache
 from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
+# Makes plugins/module_utils importable as ansible.module_utils, as for a module.
+runpy.run_path(str(Path(__file__).resolve().parents[1] / "module_utils_path.py"))
 
-def _load(stem: str, name: str):
-    """plugins/module_utils/<stem>.py as the module ``name``, as the other filters load theirs."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent.parent / "module_utils"
-                                                      / f"{stem}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-# Under the names module_utils import them by; hub_model.py (a hub model's folder
-# and its problems) after the ansi.py it imports, as plugins/filter/hub.py loads it.
-_numeric = _load("numeric", "ansible.module_utils.numeric")
-finite_float, shown, text = _numeric.finite_float, _numeric.shown, _numeric.text
-_load("ansi", "ansible.module_utils.ansi")
-_hub_model = _load("hub_model", "vllm_fleet_hub_model_logic")
-command = _load("commands", "ansible.module_utils.commands").command
+from ansible.module_utils.fleet import hub_model as _hub_model  # noqa: E402  (a hub model's folder and its problems)
+from ansible.module_utils.fleet.commands import command  # noqa: E402
+from ansible.module_utils.shared.numeric import finite_float, shown, text  # noqa: E402
 
 # The toolkit's defaults, written once. Another host's variables (hostvars)
 # never include a role's defaults, so the record reads them from the file.
@@ -97,7 +81,7 @@ def _get(hv, key: str):
     toolkit's default."""
     try:
         value = hv.get(key)
-    except Exception:  # an undefined variable inside the value: treat as unset
+    except Exception:  # noqa: BLE001  (an undefined variable inside the value: treat as unset)
         value = None
     return fleet_defaults().get(key) if value is None else value
 
@@ -107,7 +91,7 @@ def _set(hv, key: str) -> bool:
     template)."""
     try:
         return hv.get(key) is not None
-    except Exception:
+    except Exception:  # noqa: BLE001  (an undefined variable inside the value: it is set)
         return True
 
 
@@ -121,7 +105,7 @@ def _service_address(hv: dict, name: str) -> str:
     gate and the operator. The link address when the site has one network."""
     try:
         value = hv.get("vllm_fleet_service_address")
-    except Exception:  # an undefined variable inside the value: treat as unset
+    except Exception:  # noqa: BLE001  (an undefined variable inside the value: treat as unset)
         value = None
     return text(value) if value else _address(hv, name)
 
@@ -448,7 +432,8 @@ def gate_upstreams(pairs, kv_overrides=None, inventory_arg=""):
         if tokens is None:
             raise AnsibleFilterError(
                 f"engine {record['name']}: no KV pool in the boot log of {record['unit']} on {record['head']}"
-                f" ({kv.get('msg') or 'not found'}); start the engine ({command(text(inventory_arg or ''), 'site.yml')}),"
+                f" ({kv.get('msg') or 'not found'});"
+                f" start the engine ({command(text(inventory_arg or ''), 'site.yml')}),"
                 f" or set"
                 f" gate_service_kv_cache_tokens for it")
         context = kv.get("concurrency_tokens") or record.get("context_tokens")

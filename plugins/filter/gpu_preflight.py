@@ -1,37 +1,20 @@
 """Filters of the gpu_preflight role: the engine-wide clock and link MTU
 checks and the per-host report.
 
-The logic lives in ``plugins/module_utils/gpu_preflight.py``; filter plugins
-cannot import the project's module_utils through ``ansible.module_utils``, so
-it is loaded by file path, after the ``versions.py`` and ``numeric.py`` it
-imports (all depend on the standard library only).
+The logic lives in ``plugins/module_utils/host/gpu_preflight.py``.
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
+import runpy
 from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
-_MODULE_UTILS = Path(__file__).resolve().parent.parent / "module_utils"
+# Makes plugins/module_utils importable as ansible.module_utils, as for a module.
+runpy.run_path(str(Path(__file__).resolve().parents[1] / "module_utils_path.py"))
 
-
-def _load(stem: str, name: str):
-    """plugins/module_utils/<stem>.py as the module ``name``."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, _MODULE_UTILS / f"{stem}.py")
-        module = importlib.util.module_from_spec(spec)
-        # dataclasses look their module up in sys.modules while the file runs.
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-# Under the names the logic imports them by, as Ansible ships them to a module.
-_load("versions", "ansible.module_utils.versions")
-_numeric = _load("numeric", "ansible.module_utils.numeric")
-_logic = _load("gpu_preflight", "vllm_fleet_gpu_preflight_logic")
+from ansible.module_utils.host import gpu_preflight as _logic  # noqa: E402
+from ansible.module_utils.shared import numeric as _numeric  # noqa: E402
 
 
 def _checks(checks):

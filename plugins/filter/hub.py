@@ -1,34 +1,23 @@
 """Filters of a hub model's download (vllm_install's tasks/model.yml).
 
-The logic lives in ``plugins/module_utils/hub_model.py``; filter plugins
-cannot import the project's module_utils through ``ansible.module_utils``, so
-it is loaded by file path, after the ``ansi.py`` it imports.
+The logic lives in ``plugins/module_utils/fleet/hub_model.py``, imported at the
+first call.
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
+import runpy
 from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
-_DIR = Path(__file__).resolve().parent.parent / "module_utils"
-
-
-def _load(stem: str, name: str):
-    """plugins/module_utils/<stem>.py as the module ``name``."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, _DIR / ("%s.py" % stem))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+# Makes plugins/module_utils importable as ansible.module_utils, as for a module.
+runpy.run_path(str(Path(__file__).resolve().parents[1] / "module_utils_path.py"))
 
 
 def _logic():
-    # Under the name the logic imports it by, as Ansible ships it to a module.
-    _load("ansi", "ansible.module_utils.ansi")
-    return _load("hub_model", "vllm_fleet_hub_model_logic")
+    from ansible.module_utils.fleet import hub_model
+
+    return hub_model
 
 
 def hub_download_failure(result, repo_id, revision, endpoint, folder, host="", rerun="", token=""):

@@ -2,7 +2,8 @@
 
 Stdlib only, Python 3.11: the role copies this file and ray_cluster.py to each
 engine host (/usr/local/lib/vllm-fleet/), where roles/engine_recovery's thin
-runner calls :func:`run`. The playbooks never import it.
+runner calls :func:`run`. The playbooks never import it. The role names both
+files by their paths here, at the top of plugins/module_utils/.
 
 Two triggers, both tied to a boot (docs/provisioning.md, "After a power cut"):
 

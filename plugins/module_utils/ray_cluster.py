@@ -10,6 +10,9 @@ decoder's recursion limit, NaN or Infinity, a string or a huge int where a
 number belongs, a list where a dict belongs) raises :class:`RayProbeError`,
 and nothing else is raised: a string "false" must not read as alive, nor "1_0"
 as ten GPUs.
+
+Standard library only: roles/engine_recovery copies this file, by its path at
+the top of plugins/module_utils/, next to engine_recovery.py on each engine host.
 """
 from __future__ import annotations
 

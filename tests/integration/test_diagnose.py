@@ -131,7 +131,7 @@ class Sessions:
         self.done = 0
         self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True) for i in range(n)]
         # Counted by the engine's own /tokenize; the same words every session, a cache_salt each.
-        from ansible.module_utils.prefill_client import EngineClient
+        from ansible.module_utils.prefill.client import EngineClient
 
         with EngineClient(BASE_URL) as engine:
             self.prompt, counted = engine.build_prompt("tiny", SESSION_PROMPT_TOKENS)

@@ -1,8 +1,8 @@
-"""The filters that load plugins/module_utils by path work as Ansible runs
-them: in a process where the project's module_utils are not importable as
-``ansible.module_utils`` (the tests' conftest makes them so), each loads
-numeric.py and the logic that imports it, and reads a number past range
-without raising anything but AnsibleFilterError.
+"""The filters work as Ansible runs them: in a process where the project's
+module_utils are not importable as ``ansible.module_utils`` (the tests'
+conftest makes them so), each makes them so itself (plugins/module_utils_path.py),
+imports shared/numeric.py and the logic that imports it, and reads a number past
+range without raising anything but AnsibleFilterError.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ print(repr({call}))
 
 
 @pytest.mark.parametrize("stem", sorted(CALLS))
-def test_the_filter_loads_its_module_utils_by_path(stem):
+def test_the_filter_imports_its_module_utils_in_a_fresh_process(stem):
     out = subprocess.run([sys.executable, "-c", SCRIPT.format(call=CALLS[stem]), str(FILTER_DIR / f"{stem}.py")],
                          capture_output=True, text=True, timeout=60, cwd="/")
     assert out.returncode == 0, out.stderr[-2000:]

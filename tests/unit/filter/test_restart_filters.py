@@ -1,8 +1,8 @@
 """Tests for plugins/filter/restart.py: the rolling restart's filters reach
-restart_plan.py and schedule.py (loaded by file path) and turn their
+restart_plan.py and schedule.py and turn their
 PlanError and ScheduleError into AnsibleFilterError with the same message.
 
-The logic itself is tested in tests/unit/module_utils/test_restart_plan.py
+The logic itself is tested in tests/unit/module_utils/fleet/test_restart_plan.py
 and test_schedule.py; here only the wiring.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pytest
-from ansible.module_utils import restart_plan as rp
+from ansible.module_utils.fleet import restart_plan as rp
 from filter_plugins import load_filters
 
 # Loaded before ansible.errors is imported here: load_filters keeps the controller flag as it was.

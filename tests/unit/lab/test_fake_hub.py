@@ -18,7 +18,7 @@ if str(HUB) not in sys.path:
     sys.path.insert(0, str(HUB))
 
 import fake_hub  # noqa: E402
-from ansible.module_utils import hub_model  # noqa: E402
+from ansible.module_utils.fleet import hub_model  # noqa: E402
 
 HF = Path(sys.executable).parent / "hf"
 REV = "0123456789abcdef0123456789abcdef01234567"

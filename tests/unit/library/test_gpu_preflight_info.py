@@ -71,7 +71,8 @@ class Host:
         (self.root / "addr.out").write_text(addr.read_text())
         (self.root / "link.out").write_text(link.read_text())
         make_exe(self.bin / "ip", f'#!/bin/sh\necho "ip $*" >> "{self.calls}"\n'
-                                  f'case "$*" in "-o link show") cat "{self.root / "link.out"}"; exit {link_rc};; esac\n'
+                                  f'case "$*" in "-o link show")'
+                                  f' cat "{self.root / "link.out"}"; exit {link_rc};; esac\n'
                                   f'cat "{self.root / "addr.out"}"\n')
 
     def nvidia_smi(self, table: str, csv: str | None = None, rc: int = 0):
@@ -134,12 +135,14 @@ def test_gb10_passes_on_host_meminfo(fake, run_module):
     assert gpu["name"] == "NVIDIA GB10" and gpu["memory_total_mib"] is None and gpu["unified_memory"] is True
     memory = result["checks"][2]
     assert "host MemTotal from /proc/meminfo 121.7 GiB" in memory["detail"]
-    assert result["report"][0] == "PASS gpu_driver: driver 580.126.09, CUDA 13.0; nvidia-smi sees 1 GPU(s): 0 NVIDIA GB10"
+    assert result["report"][0] == ("PASS gpu_driver: driver 580.126.09, CUDA 13.0;"
+                                   " nvidia-smi sees 1 GPU(s): 0 NVIDIA GB10")
     assert result["failed_checks"] == [] and result["skipped_checks"] == []
     assert result["message"] == "all 8 preflight checks passed"
     assert fake.commands()[:2] == [
         "nvidia-smi ",
-        "nvidia-smi --query-gpu=index,name,uuid,memory.total,memory.used,driver_version,compute_cap --format=csv,nounits",
+        "nvidia-smi --query-gpu=index,name,uuid,memory.total,memory.used,driver_version,compute_cap"
+        " --format=csv,nounits",
     ]
 
 
@@ -185,7 +188,8 @@ def test_nvidia_smi_missing(fake, run_module, tmp_path):
     result = run_module(gpu_preflight_info, {"nvidia_smi": str(tmp_path / "nope" / "nvidia-smi")})
     assert result["failed"] is True
     check = result["checks"][0]
-    assert check["detail"].startswith(f"nvidia-smi failed (not_installed): {tmp_path / 'nope' / 'nvidia-smi'} not found")
+    assert check["detail"].startswith(
+        f"nvidia-smi failed (not_installed): {tmp_path / 'nope' / 'nvidia-smi'} not found")
     # The module's option, not the role's variable.
     assert check["hint"].endswith("or set nvidia_smi to its path.")
 
@@ -345,7 +349,8 @@ def test_warn_reports_without_failing(fake, run_module):
         ({"disk_path": "/srv"}, "parameters are required together: disk_path, min_disk_gib"),
         ({"min_disk_gib": 1}, "parameters are required together: disk_path, min_disk_gib"),
         ({"min_gpus": "two"},
-         "argument 'min_gpus' is of type str and we were unable to convert to int: \"'two'\" cannot be converted to an int"),
+         "argument 'min_gpus' is of type str and we were unable to convert to int:"
+         " \"'two'\" cannot be converted to an int"),
         ({"ports": ["http"]},
          "Elements value for option 'ports' is of type str and we were unable to convert to int: "
          "\"'http'\" cannot be converted to an int"),

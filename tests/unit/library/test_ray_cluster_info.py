@@ -5,7 +5,7 @@ The module runs for real against a fake ``python`` (a tmp_path script given as
 the python option) that prints the real capture
 tests/fixtures/ray/probe-2node-alive-lab.txt, or fails the way Ray does; for a
 wait, a fake that answers each of a list of probes in turn.
-The wait's loop itself is tested in tests/unit/module_utils/test_polling.py.
+The wait's loop itself is tested in tests/unit/module_utils/shared/test_polling.py.
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import vllm_flags_info
-from ansible.module_utils.secrets_mask import MASK
+from ansible.module_utils.flags.secrets_mask import MASK
 from help_tables import HELP_PATH, drop_flag
 
 REPO = Path(__file__).resolve().parents[3]

@@ -2,8 +2,8 @@
 HTTP server, the unit's state from fake ``systemctl``/``journalctl`` scripts
 first on PATH, the root cause of a failed start, failures, check mode, and the
 wait (wait_s) on a fake clock whose sleeps can change the unit's state.
-The root-cause parser itself is tested in tests/unit/module_utils/test_vllm_health.py,
-the wait's loop in tests/unit/module_utils/test_polling.py, the documentation in
+The root-cause parser itself is tested in tests/unit/module_utils/host/test_vllm_health.py,
+the wait's loop in tests/unit/module_utils/shared/test_polling.py, the documentation in
 tests/unit/library/test_module_docs.py.
 
 The journals are real vLLM 0.32.0 boots that failed

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import vllm_kv_cache_info as module
-from ansible.module_utils import vllm_kv_cache as kv
+from ansible.module_utils.kv import cache as kv
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURES = REPO / "tests" / "fixtures"

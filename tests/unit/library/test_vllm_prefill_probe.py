@@ -3,7 +3,7 @@ against the fake vLLM 0.32 server of tests/prefill_fake.py on 127.0.0.1, and a
 fake ``systemctl`` first on PATH for O(unit).
 
 The probe's steps and verdicts are tested in
-tests/unit/module_utils/test_prefill_probe.py; here: the argspec and its
+tests/unit/module_utils/prefill/test_probe.py; here: the argspec and its
 messages, the baseline file (atomic, kept since the unit's start, refreshed),
 check mode, and the api_key.
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 import vllm_prefill_probe as module
-from ansible.module_utils import prefill_client as pc
-from ansible.module_utils.prefill import FLOOR, GROUP_SIZE, Baseline, baseline_from_json, baseline_to_json
+from ansible.module_utils.prefill import client as pc
+from ansible.module_utils.prefill.decision import FLOOR, GROUP_SIZE, Baseline, baseline_from_json, baseline_to_json
 from prefill_fake import MODEL, PER_TOKEN, VERSION, FakeVllm, closed_port
 
 UNIT = "vllm.service"

@@ -347,8 +347,8 @@ def test_the_head_stops_waiting_for_a_peer_that_never_answers_and_its_check_take
     assert run(head, "head", "check") == 0 and not w["log"]
     # Back, and its Ray node joins once the head's Ray runs (the worker's own boot run).
     w["up"][WORKER] = True
-    w["on_start"], inner = (lambda w, n, u, inner=w["on_start"]: (inner(w, n, u), n == "head" and u == "ray.service"
-                            and inner(w, "worker", "ray.service"))), None
+    w["on_start"] = lambda w, n, u, inner=w["on_start"]: (inner(w, n, u), n == "head" and u == "ray.service"
+                                                          and inner(w, "worker", "ray.service"))
     assert run(head, "head", "check") == 0
     assert [u for _, who, what, u in w["log"] if what == "start" and who == "head"] == ["ray.service", "vllm.service"]
     assert w["health"] == 200
@@ -388,8 +388,8 @@ def test_the_worker_alone_the_head_restarts_the_whole_engine_once_its_node_is_ba
     w["tick"](w)
     assert WORKER in w["nodes"]
     # The head's check: 503 again, Ray asked, the worker's node is new: the whole engine restarts.
-    w["on_start"], inner = (lambda w, n, u, inner=w["on_start"]: (inner(w, n, u), n == "head" and u == "ray.service"
-                            and inner(w, "worker", "ray.service"))), None
+    w["on_start"] = lambda w, n, u, inner=w["on_start"]: (inner(w, n, u), n == "head" and u == "ray.service"
+                                                          and inner(w, "worker", "ray.service"))
     w["log"].clear()
     assert run(head, "head", "check") == 0
     assert [(what, u) for _, who, what, u in w["log"] if who == "head"] == [

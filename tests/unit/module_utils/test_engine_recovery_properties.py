@@ -48,7 +48,8 @@ def test_nothing_starts_under_a_lease_or_without_the_marker_and_a_reason_is_alwa
 @given(configs, states, observations, st.sampled_from(er.MODES))
 def test_no_new_attempt_past_the_bound_nor_before_the_backoff_ends(c, s, o, mode):
     d = er.decide(c, s, o, mode)
-    if d.action in (er.START_RAY, er.START_OWN, er.REJOIN, er.RESTART) or (d.action == er.START_VLLM and s.phase == er.IDLE):
+    if (d.action in (er.START_RAY, er.START_OWN, er.REJOIN, er.RESTART)
+            or (d.action == er.START_VLLM and s.phase == er.IDLE)):
         assert s.attempts < c.max_attempts
         assert o.now >= s.next_attempt_at
 

@@ -1,0 +1,416 @@
+# -*- coding: utf-8 -*-
+# Copyright: vllm-fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The rolling restart, decided before any host changes.
+
+Pure (standard library only); the vllm_restart role reaches it through
+``plugins/filter/restart.py``. ``plan`` takes the engine records, each
+engine's diagnosis (``diagnosis.py``) and the serving set-up, and says which
+engines restart, in which order, and how each is drained, or why the run is
+refused. A refusal lists every reason at once and nothing has changed yet.
+
+An engine *serves* unless it is down or wedged. Before an engine restarts,
+its consumers must be able to go somewhere:
+
+- gate mode, another engine serves: the gate drains this one (in-flight
+  requests finish there, new ones go to the others);
+- gate mode, no other engine serves: the gate holds admissions for the
+  expected restart plus a margin, refused when that outlasts the gate's queue
+  timeout or its longest hold;
+- direct mode, the consumers point at this engine: they are repointed at
+  another serving engine, else at the named fallback endpoint (planned
+  fallbacks), else, if it serves, the outage must be accepted;
+- an engine that does not serve (gate mode), or that no consumer points at
+  (direct mode), needs no drain.
+
+Engines that do not serve restart first: they add no outage, and the ones
+after can then drain onto them. In direct mode the engine the consumers use
+restarts last, in its own play between moving them away and back.
+
+``pool_check`` compares the KV pool after the restart with the pool before;
+``report_line`` is the one-line summary cron logs.
+
+Every function raises PlanError and nothing else: a number that is no finite
+number (inf, nan, an int past float's range, 5,000 digits) is refused where
+one is required and read as none elsewhere, and a value quoted in a message
+is cut (numeric.shown).
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+from ansible.module_utils.fleet.commands import command
+from ansible.module_utils.shared.numeric import finite, finite_float, shown
+
+POLICIES = ("always", "when-degraded")
+MODES = ("direct", "gate")
+# What a restart cures (diagnosis.py's verdicts).
+CURED = ("prefill-degraded", "wedged", "down")
+NOT_SERVING = ("down", "wedged")
+ACCEPT = "-e restart_accept_outage=true"
+PLAYBOOK = "playbooks/rolling-restart.yml"
+
+# Why a when-degraded run leaves an engine alone, by verdict; the {...} are
+# command lines with the run's own inventory (commands.command()).
+_SKIP = {
+    "healthy": "healthy: nothing to cure",
+    "kv-bound": ("kv-bound: the pool is full and the engine queues the excess, as it should; a restart frees "
+                 "nothing that finishing sessions would not"),
+    "preempting": ("preempting: the running flags make it preempt, and a restart keeps them; fix the flags "
+                   "({diagnose} says which) and run {engine}"),
+    "inconclusive": "inconclusive is not degraded, so it is not restarted; {always} restarts anyway",
+}
+
+
+class PlanError(ValueError):
+    """The inputs are not what the playbook passes (a bad policy, mode or number)."""
+
+
+def _positive(name: str, value: t.Any) -> float:
+    number = finite(value)
+    if number is None or not number > 0:
+        raise PlanError("%s must be a positive number of seconds, got %s" % (name, shown(value)))
+    return float(number)
+
+
+def _optional_limit(name: str, value: t.Any) -> t.Optional[float]:
+    return None if value is None else _positive(name, value)
+
+
+def _engines(engines: t.Any) -> t.List[dict]:
+    if not isinstance(engines, list) or not engines:
+        raise PlanError("engines must be the non-empty list of engine records (vllm_fleet_engines)")
+    for e in engines:
+        if not isinstance(e, dict) or not e.get("name") or not isinstance(e.get("hosts"), list) or not e["hosts"]:
+            raise PlanError("every engine record needs a name and its hosts (vllm_fleet_engines), got %s"
+                            % shown(e, 200))
+    return engines
+
+
+def _verdict(verdicts: t.Mapping, name: str) -> dict:
+    v = verdicts.get(name)
+    if not isinstance(v, dict) or not isinstance(v.get("verdict"), str):
+        raise PlanError("engine %s has no diagnosis (vllm_diagnose_result of its head)" % name)
+    return v
+
+
+def _why_restart(policy: str, verdict: str, summary: str, inventory_arg: str = "") -> t.Tuple[bool, str]:
+    if policy == "always":
+        return True, "restart_policy=always (diagnosed %s)" % verdict
+    if verdict in CURED:
+        return True, "%s: %s" % (verdict, summary) if summary else verdict
+    why = _SKIP.get(verdict, "%s: not something a restart cures" % verdict)
+    return False, why.format(diagnose=command(inventory_arg, "playbooks/diagnose.yml"),
+                             engine=command(inventory_arg, "playbooks/engine.yml"),
+                             always=command(inventory_arg, PLAYBOOK, "-e restart_policy=always"))
+
+
+def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accept_outage: t.Any = False,
+         mode: t.Any = "direct", consumer_url: t.Any = "", fallback_url: t.Any = "",
+         gate: t.Optional[t.Mapping] = None, expected_restart_s: t.Any = 120, hold_margin_s: t.Any = 30,
+         consumers_at: t.Any = None, only: t.Any = None, inventory_arg: t.Any = "") -> dict:
+    """The restart plan: {policy, mode, engines, hosts, batches, fed, back, undrain, left, refused}.
+
+    ``consumer_url`` is the OpenAI base URL the consumers use in direct mode
+    ('' without consumer hosts); ``gate`` holds the live gate's
+    ``queue_timeout_s`` and ``max_hold_s``. ``hosts`` and ``batches`` are the
+    restart play's host list and ``serial`` (one batch per engine, head
+    first). ``fed`` is the engine the consumers talk to in direct mode when it
+    restarts: it goes last, in its own play, between moving the consumers away
+    and back. ``engines`` lists the restarts in order, then the skipped ones.
+
+    ``only`` (restart_engines) names the engines this run may restart; the
+    others are skipped, whatever they read. Empty or None: every engine.
+
+    ``inventory_arg`` (vllm_fleet_inventory_arg) is the run's own -i options:
+    every command the plan's reasons and refusals name carries it.
+
+    What a stopped run (interrupted, killed) left behind is put right here:
+    ``consumers_at`` lists the base URLs the direct-mode consumers recorded;
+    when one is not ``consumer_url`` and its engine does not restart (so it
+    serves: a restart cures every verdict that does not), ``back`` is true
+    (bring them back). ``gate['drained']`` names the engines drained at the
+    gate; those that do not restart are in ``undrain``. ``left`` says, a line
+    each, what was found and what happens to it.
+    """
+    if policy not in POLICIES:
+        raise PlanError("restart_policy must be one of %s, got %s" % (", ".join(POLICIES), shown(policy)))
+    if mode not in MODES:
+        raise PlanError("the serving mode must be one of %s, got %s" % (", ".join(MODES), shown(mode)))
+    accept = _flag("restart_accept_outage", accept_outage)
+    for name, value in (("consumer_url", consumer_url), ("fallback_url", fallback_url)):
+        if not isinstance(value, str):
+            raise PlanError("%s must be a URL string, got %s" % (name, shown(value)))
+    if not isinstance(verdicts, dict):
+        raise PlanError("verdicts must map each engine's name to its diagnosis")
+    expected = _positive("vllm_restart_expected_s", expected_restart_s)
+    margin = _positive("restart_hold_margin_s", hold_margin_s)
+    gate = dict(gate or {})
+    limits = [x for x in (_optional_limit("the gate's queue timeout", gate.get("queue_timeout_s")),
+                          _optional_limit("the gate's longest hold", gate.get("max_hold_s"))) if x is not None]
+    records = _engines(engines)
+    named = _only(only, [e["name"] for e in records])
+
+    rows = []
+    for e in records:
+        v = _verdict(verdicts, e["name"])
+        restart, reason = _why_restart(policy, v["verdict"], str(v.get("summary") or ""), inventory_arg)
+        if named and e["name"] not in named:
+            restart, reason = False, "not named in restart_engines"
+        rows.append({"name": e["name"], "head": e.get("head", e["hosts"][0]), "hosts": list(e["hosts"]),
+                     "api_url": str(e.get("api_url", "")), "verdict": v["verdict"],
+                     "summary": v.get("summary", ""), "serving": v["verdict"] not in NOT_SERVING,
+                     "action": "restart" if restart else "skip", "reason": reason, "drain": None})
+
+    def fed(r: dict) -> bool:
+        return mode == "direct" and bool(consumer_url) and _same_url(consumer_url, r["api_url"])
+
+    todo = [r for r in rows if r["action"] == "restart"]
+    order = ([r for r in todo if not r["serving"] and not fed(r)] + [r for r in todo if r["serving"] and not fed(r)]
+             + [r for r in todo if fed(r)])
+    refused: t.List[str] = []
+    restarted: t.List[str] = []
+    for r in order:
+        others = [o for o in rows if o["name"] != r["name"] and (o["serving"] or o["name"] in restarted)]
+        r["drain"] = _drain(r, others, mode, consumer_url, fed(r), fallback_url, limits, expected, margin, accept,
+                            refused, command(inventory_arg, PLAYBOOK, ACCEPT))
+        restarted.append(r["name"])
+    batched = [r for r in order if not fed(r)]
+    last = next((r for r in order if fed(r)), None)
+    back, undrain, left = _left_behind(rows, mode, consumer_url, consumers_at, gate.get("drained"), fed)
+    return {
+        "policy": policy, "mode": mode, "accept_outage": accept,
+        "engines": order + [r for r in rows if r["action"] == "skip"],
+        "hosts": [h for r in batched for h in r["hosts"]],
+        "batches": [len(r["hosts"]) for r in batched],
+        "fed": None if last is None else {"name": last["name"], "hosts": last["hosts"], "drain": last["drain"]},
+        "back": back, "undrain": undrain, "left": left,
+        "refused": refused,
+    }
+
+
+def _left_behind(rows: t.List[dict], mode: str, consumer_url: str, consumers_at: t.Any, drained: t.Any,
+                 fed: t.Callable[[dict], bool]) -> t.Tuple[bool, t.List[str], t.List[str]]:
+    """(back, undrain, left): see plan()."""
+    for name, value in (("consumers_at", consumers_at), ("the gate's drained engines", drained)):
+        if value is not None and (not isinstance(value, list) or not all(isinstance(x, str) for x in value)):
+            raise PlanError("%s must be a list of strings, got %s" % (name, shown(value)))
+    back, undrain, left = False, [], []
+    away = sorted({u for u in consumers_at or [] if u and not _same_url(u, consumer_url)})
+    if mode == "direct" and consumer_url and away:
+        target = next((r for r in rows if fed(r)), None)
+        where = ", ".join(away)
+        if target is None:
+            left.append("the consumers are on %s, not %s, which is no engine's API: they stay there" % (
+                where, consumer_url))
+        elif target["action"] == "restart":
+            left.append("the consumers are on %s (a run stopped before it brought them back): they come back "
+                        "once %s restarted" % (where, target["name"]))
+        else:  # skipped: it serves (a restart cures every verdict that does not)
+            back = True
+            left.append("the consumers are on %s (a run stopped before it brought them back): they come back to "
+                        "%s, which serves (%s)" % (where, target["name"], target["verdict"]))
+    for name in sorted(set(drained or [])) if mode == "gate" else []:
+        r = next((x for x in rows if x["name"] == name), None)
+        if r is None:
+            left.append("the gate has %s drained, which is no engine of the inventory: it stays drained" % name)
+        elif r["action"] == "restart":
+            left.append("the gate has %s drained (a run stopped before it undrained it): it is undrained once "
+                        "it restarted" % name)
+        else:  # skipped, so it serves
+            undrain.append(name)
+            left.append("the gate has %s drained (a run stopped before it undrained it): it is undrained now, "
+                        "it serves (%s)" % (name, r["verdict"]))
+    return back, undrain, left
+
+
+def _only(only: t.Any, names: t.List[str]) -> t.List[str]:
+    """restart_engines as a list of engine names (a comma-separated string from -e too)."""
+    if only is None or only == "" or only == []:
+        return []
+    if isinstance(only, str):
+        only = [x.strip() for x in only.split(",") if x.strip()]
+    if not isinstance(only, list) or not all(isinstance(x, str) for x in only):
+        raise PlanError("restart_engines must be a list of engine names, got %s" % shown(only))
+    unknown = [x for x in only if x not in names]
+    if unknown:
+        raise PlanError("restart_engines names %s, which the inventory does not define (its engines: %s)"
+                        % (", ".join(unknown), ", ".join(names)))
+    return only
+
+
+def _flag(name: str, value: t.Any) -> bool:
+    """A boolean from YAML or from ``-e name=true`` (a string)."""
+    if isinstance(value, bool):
+        return value
+    words = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+    if isinstance(value, str) and value.strip().lower() in words:
+        return words[value.strip().lower()]
+    raise PlanError("%s must be true or false, got %s" % (name, shown(value)))
+
+
+def _same_url(a: str, b: str) -> bool:
+    return a.rstrip("/") == b.rstrip("/")
+
+
+def _drain(r: dict, others: t.List[dict], mode: str, consumer_url: str, is_fed: bool, fallback_url: str,
+           limits: t.List[float], expected: float, margin: float, accept: bool, refused: t.List[str],
+           accept_with: str) -> dict:
+    name = r["name"]
+    if mode == "gate":
+        if not r["serving"]:
+            return {"kind": "none", "why": "it does not serve now (%s): the gate sends it nothing" % r["verdict"]}
+        if others:
+            return {"kind": "gate-drain", "upstream": name,
+                    "why": "the gate sends new requests to %s while in-flight ones finish here"
+                           % ", ".join(o["name"] for o in others)}
+        hold = expected + margin
+        limit = min(limits) if limits else None
+        if limit is None or hold <= limit:
+            return {"kind": "gate-hold", "hold_s": hold,
+                    "why": "the only serving engine: the gate holds admissions for %g s (restart %g s + margin %g s)"
+                           % (hold, expected, margin)}
+        if accept:
+            return {"kind": "none", "why": "outage accepted: a %g s hold would outlast the gate's %g s limit" % (
+                hold, limit)}
+        refused.append(
+            "engine %s is the only serving engine, and holding the gate for its restart (%g s + %g s margin) "
+            "would outlast the gate's queue timeout or longest hold (%g s), so queued requests would fail. "
+            "Raise gate_service_queue_timeout_s and gate_service_max_hold_s, lower vllm_restart_expected_s if the "
+            "restart is faster, or accept the outage: %s" % (name, expected, margin, limit, accept_with))
+        return {"kind": "refused", "why": "the hold would outlast the gate's limit"}
+    if not consumer_url:
+        return {"kind": "none", "why": "no consumer host in the inventory"}
+    if not is_fed:
+        return {"kind": "none", "why": "no consumer points at it (they use %s)" % consumer_url}
+    if others:
+        return {"kind": "repoint", "url": others[0]["api_url"],
+                "why": "the consumers use %s while it restarts" % others[0]["name"]}
+    if fallback_url:
+        return {"kind": "fallback", "url": fallback_url,
+                "why": "the consumers use the fallback %s while it restarts (planned)" % fallback_url}
+    if not r["serving"]:
+        return {"kind": "none", "why": "it does not serve now (%s), so its restart adds no outage" % r["verdict"]}
+    if accept:
+        return {"kind": "none", "why": "outage accepted: the consumers get errors while it restarts"}
+    refused.append(
+        "engine %s is the only serving engine and its consumers talk to it directly: they would get errors "
+        "for the whole restart. Name a fallback endpoint (vllm_fleet_fallback_url), or accept the outage "
+        "with: %s" % (name, accept_with))
+    return {"kind": "refused", "why": "an outage nobody accepted"}
+
+
+def pool_check(before: t.Any, after: t.Any, tolerance: t.Any) -> dict:
+    """The KV pool after a restart against before: {before, after, shrink, ok, message}.
+
+    ``shrink`` is the lost fraction (0 when it grew); ``ok`` is false past
+    ``tolerance``. An unknown pool before (a dead engine) is never a failure.
+    """
+    if finite(tolerance) is None or not 0 <= tolerance < 1:
+        raise PlanError("the pool tolerance must be a fraction from 0 to below 1, got %s" % shown(tolerance))
+    # A pool past float's range, inf or nan is no token count (%d and the shrink raised on them).
+    nums = [x if finite(x) is not None and x >= 0 else None for x in (before, after)]
+    b, a = nums
+    if a is None:
+        raise PlanError("the pool after the restart must be a token count, got %s" % shown(after))
+    if not b:
+        return {"before": b, "after": a, "shrink": None, "ok": True,
+                "message": "KV pool %d tokens (none known before)" % a}
+    shrink = max(0.0, (b - a) / b)
+    ok = shrink <= tolerance
+    if a >= b:
+        text = "KV pool %d tokens, as before" % a if a == b else "KV pool %d tokens, up from %d" % (a, b)
+    else:
+        text = "KV pool shrank from %d to %d tokens (%.1f %%%s)" % (
+            b, a, shrink * 100, "" if ok else ", past the %.1f %% tolerance (vllm_restart_pool_tolerance)"
+            % (tolerance * 100))
+    return {"before": b, "after": a, "shrink": round(shrink, 4), "ok": ok, "message": text}
+
+
+# The moments engine.yml notes (epoch seconds): the drain, Ray's stop, the
+# server's start, the engine proven ready, and the engine back in service.
+MARKS = ("drain", "stop", "start", "ready", "back")
+
+
+def timings(marks: t.Any, boot_s: t.Any) -> dict:
+    """A restart's figures, in seconds to one decimal, from the moments its
+    steps began (``MARKS``) and the engine's boot (first /health 200):
+    ``drained_s`` (drain to back), ``downtime_s`` (Ray's stop to ready),
+    ``ray_s`` (stop to the server's start), ``checks_s`` (start to ready, less
+    the boot: the completion, pool, flags and baseline), ``overhead_s`` (the
+    drained time less Ray and the boot) and ``engine_boot_s``."""
+    at = {k: finite_float((marks if isinstance(marks, dict) else {}).get(k)) for k in MARKS}
+    boot = finite_float(boot_s)
+    missing = [k for k in MARKS if at[k] is None] + (["the boot"] if boot is None else [])
+    if missing:
+        raise PlanError("a restart's timings need every moment and the boot, missing: %s" % ", ".join(missing))
+    drained = at["back"] - at["drain"]
+    ray = at["start"] - at["stop"]
+    return {"drained_s": round(drained, 1), "downtime_s": round(at["ready"] - at["stop"], 1), "ray_s": round(ray, 1),
+            "checks_s": round(at["ready"] - at["start"] - boot, 1), "overhead_s": round(drained - ray - boot, 1),
+            "engine_boot_s": round(boot, 1)}
+
+
+def report(plan_: t.Any, results: t.Any, consumers_t: t.Any = None, failed: t.Any = "") -> dict:
+    """The run's report: the plan's engines with what happened to each.
+
+    ``results`` maps an engine to what its restart recorded (engine.yml);
+    ``consumers_t`` holds the epoch seconds at which the direct-mode
+    consumers were moved ``away`` and ``back``, which the restarted engine's
+    ``drained_s`` and ``overhead_s`` then include. A result's ``marks`` (the
+    moments of ``MARKS``) become its figures (:func:`timings`).
+    """
+    if not isinstance(plan_, dict) or not isinstance(plan_.get("engines"), list):
+        raise PlanError("the plan must be what restart_plan returned")
+    results = results if isinstance(results, dict) else {}
+    moved = consumers_t if isinstance(consumers_t, dict) else {}
+    fed = (plan_.get("fed") or {}).get("name")
+    engines = []
+    for e in plan_["engines"]:
+        row = {k: e.get(k) for k in ("name", "hosts", "verdict", "summary", "action", "reason")}
+        row["drain"] = (e.get("drain") or {}).get("kind")
+        got = results.get(e["name"])
+        if isinstance(got, dict) and "marks" in got:
+            got = {**{k: v for k, v in got.items() if k != "marks"}, **timings(got["marks"], got.get("engine_boot_s"))}
+        if e.get("action") == "restart":
+            row.update(got if isinstance(got, dict) else {"outcome": "not reached"})
+        else:
+            row["outcome"] = "skipped"
+        away, back = finite_float(moved.get("away")), finite_float(moved.get("back"))
+        if e["name"] == fed and away is not None and back is not None and row.get("outcome") == "restarted":
+            inner = finite_float(row.get("drained_s")) or 0.0
+            row["drained_s"] = round(back - away, 1)
+            if finite_float(row.get("overhead_s")) is not None:
+                row["overhead_s"] = round(finite_float(row["overhead_s"]) + (back - away) - inner, 1)
+        engines.append(row)
+    outcomes = [r["outcome"] for r in engines]
+    outcome = "failed" if failed or "failed" in outcomes else "succeeded"
+    return {"outcome": outcome, "policy": plan_.get("policy"), "mode": plan_.get("mode"), "engines": engines,
+            "restarted": [r["name"] for r in engines if r["outcome"] == "restarted"],
+            "skipped": [r["name"] for r in engines if r["outcome"] == "skipped"],
+            "failed": [r["name"] for r in engines if r["outcome"] == "failed"]}
+
+
+def report_line(report: t.Any) -> str:
+    """The one-line summary of a run, for syslog or a log file."""
+    if not isinstance(report, dict):
+        raise PlanError("the report must be the rolling restart's report (a dict)")
+    parts = []
+    for e in report.get("engines") or []:
+        if not isinstance(e, dict):
+            continue
+        outcome = e.get("outcome")
+        if outcome == "restarted":
+            bits = ["%s restarted (was %s, drain %s" % (e.get("name"), e.get("verdict"), e.get("drain"))]
+            if finite_float(e.get("downtime_s")) is not None:
+                bits.append(", down %.1f s" % finite_float(e["downtime_s"]))
+            parts.append("".join(bits) + ")")
+        elif outcome == "failed":
+            parts.append("%s FAILED at %s" % (e.get("name"), e.get("step")))
+        elif outcome == "skipped":
+            parts.append("%s skipped (%s)" % (e.get("name"), e.get("verdict")))
+        else:
+            parts.append("%s %s" % (e.get("name"), outcome))
+    head = "vllm-fleet rolling restart %s, policy %s" % (report.get("outcome", "?"), report.get("policy", "?"))
+    return head + (": " + "; ".join(parts) if parts else "")

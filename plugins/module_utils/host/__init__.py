@@ -1,0 +1,4 @@
+"""One engine host, read where a module runs on it: the GPU preflight's checks
+(gpu_preflight) and nvidia-smi's output (nvidia_smi), systemd's unit
+properties (systemd), the Ray firewall's rules (ray_firewall) and the vLLM
+server's health (vllm_health)."""

@@ -1,0 +1,2 @@
+"""What programs print, read as text: terminal escape sequences stripped from
+captured output (ansi)."""

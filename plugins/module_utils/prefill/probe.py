@@ -1,0 +1,233 @@
+# -*- coding: utf-8 -*-
+# Copyright: vllm-fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The probe's steps: health, quiet check, warm-up, samples, passive window.
+
+``probe`` and ``record`` drive an ``EngineClient`` (client.py) and
+return plain dicts for ``library/vllm_prefill_probe.py``; the decision rules
+are ``decision.decide`` and ``decision.threshold``. Order of one probe:
+
+1. ``/health``: nothing answering, or not 200, is ``down``.
+2. A ``/metrics`` scrape. Requests running or waiting: no request is sent;
+   a second scrape ``window`` seconds later gives the passive reading, and
+   the verdict is ``inconclusive`` (busy), never ``degraded``. Until
+   ``PASSIVE_PREFILLS`` prefills finished, the window widens by ``window``
+   at a time up to ``window_max``; it stops at once when no token was
+   computed (the wedged sign) or a counter went backwards.
+3. One warm-up (discarded; the first request after idle is slower). No answer
+   within ``timeout`` while ``/health`` is 200: ``answered`` is false.
+4. Two samples, then two more only if ``decide`` asks. Each is checked quiet
+   on both sides; one that is not makes the verdict ``inconclusive``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+import typing as t
+
+from ansible.module_utils.prefill.client import EngineClient, EngineTimeout, EngineUnreachable
+from ansible.module_utils.prefill.decision import (
+    FLOOR,
+    GROUP_SIZE,
+    PASSIVE_PREFILLS,
+    Baseline,
+    MetricsSnapshot,
+    PrefillError,
+    comparable,
+    decide,
+    passive_window,
+    threshold,
+)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def _passive(client: EngineClient, first: MetricsSnapshot, window: float,
+             baseline: t.Optional[Baseline], floor: float = FLOOR,
+             window_max: t.Optional[float] = None) -> dict:
+    longest = max(window, window_max or window)
+    waited = 0.0
+    while True:
+        step = min(window, longest - waited)
+        time.sleep(step)
+        waited += step
+        second = client.metrics()
+        reading = passive_window(first, second)
+        progress = _progress(first, second)
+        if (waited >= longest or reading.requests is None or reading.requests >= PASSIVE_PREFILLS
+                or progress is not True):
+            break
+    out = {
+        "window_s": round(waited, 3),
+        "seconds_per_token": reading.seconds_per_token,
+        "requests": reading.requests,
+        "tokens": reading.tokens,
+        "seconds": reading.seconds,
+        "preemptions": reading.preemptions,
+        "reason": reading.reason,
+        "ratio": None,
+        "progress": progress,
+    }
+    done = {"passive": out, "metrics_after": second.as_dict()}
+    if baseline is not None:
+        limit = threshold(baseline, floor=floor)
+        # The diagnosis weighs the passive ratio against this threshold.
+        done["threshold"] = limit.value
+        if reading.seconds_per_token is not None:
+            out["ratio"] = reading.seconds_per_token / limit.reference
+    return done
+
+
+def _progress(first: MetricsSnapshot, second: MetricsSnapshot) -> t.Optional[bool]:
+    """Whether any token was computed between two scrapes (None: the counters are missing)."""
+    moved = []
+    for field in ("prompt_tokens", "generation_tokens"):
+        a, b = getattr(first, field), getattr(second, field)
+        if a is None or b is None:
+            return None
+        moved.append(b > a)
+    return any(moved)
+
+
+def _quiet(snap: MetricsSnapshot) -> bool:
+    return snap.busy is False
+
+
+def _result(**kw: t.Any) -> dict:
+    base = {"verdict": None, "reason": "", "ratio": None, "threshold": None, "samples": [],
+            "health_status": None, "answered": None, "busy": None, "passive": None,
+            "metrics_before": None, "metrics_after": None, "vllm_version": None,
+            "prompt_tokens": None}
+    base.update(kw)
+    return base
+
+
+def _start(client: EngineClient) -> t.Tuple[t.Optional[dict], t.Optional[MetricsSnapshot]]:
+    """Health and the first scrape; a finished result when the engine is down."""
+    try:
+        status = client.health()
+    except EngineUnreachable as exc:
+        return _result(verdict="down", reason="nothing answers at %s: %s" % (client.base, exc)), None
+    except EngineTimeout as exc:
+        return _result(verdict="down", reason="/health did not answer: %s" % exc), None
+    if status != 200:
+        return _result(verdict="down", health_status=status,
+                       reason="/health answered HTTP %d (503: the engine core died)" % status), None
+    return None, client.metrics()
+
+
+def probe(client: EngineClient, model: str, prompt_tokens: int, baseline: t.Optional[Baseline],
+          window: float = 5.0, timeout: float = 20.0, floor: float = FLOOR,
+          window_max: t.Optional[float] = None) -> dict:
+    """One verdict for one engine, from at most 4 samples after a warm-up."""
+    done, first = _start(client)
+    if done is not None:
+        return done
+    version = client.version()
+    result = _result(health_status=200, metrics_before=first.as_dict(), vllm_version=version,
+                     prompt_tokens=prompt_tokens, busy=not _quiet(first))
+    if baseline is not None:
+        ok, why = comparable(baseline, version, model, prompt_tokens)
+        if not ok:
+            result.update(_passive(client, first, window, None, floor, window_max))
+            return dict(result, verdict="inconclusive", reason=why)
+    if result["busy"]:
+        result.update(_passive(client, first, window, baseline, floor, window_max))
+        verdict = decide(baseline, busy=True)
+        return dict(result, verdict=verdict.verdict, reason=verdict.reason)
+    prompt, counted = client.build_prompt(model, prompt_tokens)
+    result["prompt_tokens"] = counted
+    try:
+        client.sample(model, prompt, timeout=timeout)  # warm-up, discarded
+    except EngineTimeout:
+        return dict(result, verdict="inconclusive", answered=False, reason=(
+            "/health answers 200 but a one-token completion got no answer in %g s: the engine is wedged"
+            % timeout))
+    except PrefillError as exc:
+        # busy stays as scraped: a refused or failed completion (401, 500) is not load.
+        return dict(result, verdict="inconclusive", answered=True, reason="warm-up: %s" % exc)
+    result["answered"] = True
+    if baseline is None:
+        verdict = decide(None)
+        return dict(result, verdict=verdict.verdict, reason=verdict.reason)
+    limit = threshold(baseline, floor=floor)
+    samples = []
+    try:
+        for _ in range(2):
+            samples.append(_quiet_sample(client, model, prompt, timeout))
+        verdict = decide(baseline, [s.seconds_per_token for s in samples], limit=limit)
+        if verdict.needs_more:
+            for _ in range(GROUP_SIZE - 2):
+                samples.append(_quiet_sample(client, model, prompt, timeout))
+            verdict = decide(baseline, [s.seconds_per_token for s in samples[:2]],
+                             [s.seconds_per_token for s in samples[2:]], limit=limit)
+    except EngineTimeout as exc:
+        return dict(result, verdict="inconclusive", answered=False, samples=[s.as_dict() for s in samples],
+                    reason="a probe got no answer while /health answers 200: %s" % exc)
+    except _Busy as exc:
+        result.update(_passive(client, exc.snapshot, window, baseline, floor, window_max))
+        return dict(result, verdict="inconclusive", busy=True, samples=[s.as_dict() for s in samples],
+                    reason="busy: another request ran during the probe; the passive reading stands in")
+    return dict(result, verdict=verdict.verdict, reason=verdict.reason, ratio=verdict.ratio,
+                threshold=verdict.threshold, samples=[s.as_dict() for s in samples],
+                noise=limit.noise, reference=limit.reference)
+
+
+class _Busy(Exception):
+    def __init__(self, snapshot: MetricsSnapshot) -> None:
+        super().__init__("busy")
+        self.snapshot = snapshot
+
+
+def _quiet_sample(client: EngineClient, model: str, prompt: str, timeout: float):
+    try:
+        sample, before, after = client.sample(model, prompt, timeout=timeout)
+    except EngineTimeout:
+        raise
+    except PrefillError:
+        raise _Busy(client.metrics()) from None
+    if not _quiet(before) or not _quiet(after):
+        raise _Busy(after)
+    return sample
+
+
+def record(client: EngineClient, model: str, prompt_tokens: int, groups: int = 2,
+           timeout: float = 20.0, floor: float = FLOOR) -> t.Tuple[t.Optional[Baseline], dict]:
+    """Record a baseline of ``groups`` groups of 4 samples; (None, result) when it cannot."""
+    done, first = _start(client)
+    if done is not None:
+        return None, done
+    version = client.version()
+    result = _result(health_status=200, metrics_before=first.as_dict(), vllm_version=version,
+                     prompt_tokens=prompt_tokens, busy=not _quiet(first))
+    if result["busy"]:
+        return None, dict(result, verdict="inconclusive", reason=(
+            "busy: requests were running or waiting, and a baseline must be taken on a quiet engine"))
+    prompt, counted = client.build_prompt(model, prompt_tokens)
+    result["prompt_tokens"] = counted
+    samples = []
+    try:
+        try:
+            client.sample(model, prompt, timeout=timeout)  # warm-up, discarded
+        except PrefillError as exc:
+            # Another request ran meanwhile (a consumer back at once after a
+            # start), or the completion failed: no baseline, and no failure.
+            return None, dict(result, verdict="inconclusive", answered=True, reason="warm-up: %s" % exc)
+        for _ in range(groups * GROUP_SIZE):
+            samples.append(_quiet_sample(client, model, prompt, timeout))
+    except EngineTimeout as exc:
+        return None, dict(result, verdict="inconclusive", answered=False, reason=(
+            "a probe got no answer while /health answers 200: %s" % exc))
+    except _Busy:
+        return None, dict(result, verdict="inconclusive", busy=True, samples=[s.as_dict() for s in samples],
+                          reason="busy: another request ran while the baseline was taken")
+    per_token = [s.seconds_per_token for s in samples]
+    baseline = Baseline(version, model, prompt_tokens, _now(),
+                        tuple(tuple(per_token[i:i + GROUP_SIZE]) for i in range(0, len(per_token), GROUP_SIZE)))
+    limit = threshold(baseline, floor=floor)
+    return baseline, dict(result, answered=True, samples=[s.as_dict() for s in samples],
+                          threshold=limit.value, noise=limit.noise, reference=limit.reference,
+                          too_noisy=limit.too_noisy, reason=limit.reason)
