@@ -395,7 +395,8 @@ class Gate:
     def _too_large(self) -> BodyRefused:
         limit = self.config.max_request_bytes
         return BodyRefused(
-            413, "bad_request", f"The request body is larger than the gate's limit ({limit} bytes).", "request_too_large"
+            413, "bad_request", f"The request body is larger than the gate's limit ({limit} bytes).",
+            "request_too_large"
         )
 
     def _refused(self, ex: _Exchange, exc: BodyRefused) -> web.Response:
@@ -849,9 +850,11 @@ class Gate:
         return out
 
     def _timed_out(self, ex: _Exchange, name: str) -> web.Response:
-        return self._upstream_error(ex, name, "timeout", 504, f"Engine {name} did not answer in time.", "upstream_timeout")
+        return self._upstream_error(ex, name, "timeout", 504, f"Engine {name} did not answer in time.",
+                                    "upstream_timeout")
 
-    def _upstream_error(self, ex: _Exchange, name: str, kind: str, status: int, message: str, code: str) -> web.Response:
+    def _upstream_error(self, ex: _Exchange, name: str, kind: str, status: int, message: str,
+                        code: str) -> web.Response:
         self.metrics.upstream_errors.labels(name, kind).inc()
         ex.reason = f"upstream_{kind}"
         ex.status = status
@@ -931,7 +934,8 @@ class Gate:
     def _check_admin(self, request: web.Request) -> web.Response | None:
         token = _bearer(request)
         if token is None:
-            return error_response(401, "The admin API needs Authorization: Bearer <admin_token>.", "missing_admin_token")
+            return error_response(401, "The admin API needs Authorization: Bearer <admin_token>.",
+                                  "missing_admin_token")
         if not hmac.compare_digest(token, self._admin_token):
             return error_response(403, "Invalid admin token.", "invalid_admin_token")
         return None

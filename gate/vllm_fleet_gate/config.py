@@ -215,8 +215,10 @@ def _upstreams(check: _Checker, raw: Any) -> tuple[UpstreamConfig, ...]:
                 check.fail(f"{where}.name", f"duplicate upstream name {name!r}")
             seen.add(name)
         url = _url(check, f"{where}.url", item["url"]) if "url" in item else None
-        kv = check.integer(f"{where}.kv_cache_tokens", item["kv_cache_tokens"], minimum=1) if "kv_cache_tokens" in item else None
-        mml = check.integer(f"{where}.max_model_len", item["max_model_len"], minimum=1) if "max_model_len" in item else None
+        kv = (check.integer(f"{where}.kv_cache_tokens", item["kv_cache_tokens"], minimum=1)
+              if "kv_cache_tokens" in item else None)
+        mml = (check.integer(f"{where}.max_model_len", item["max_model_len"], minimum=1)
+               if "max_model_len" in item else None)
         if None not in (name, url, kv, mml):
             out.append(UpstreamConfig(name=name, url=url, kv_cache_tokens=kv, max_model_len=mml))
     return tuple(out)

@@ -32,9 +32,9 @@ async def books_back_to_zero():
     still run (before teardown could cancel anything); this asserts them."""
     records: list[tuple[Gate, dict]] = []
     yield records
-    for gate, books in records:
-        assert books == {"reserved_tokens": 0, "inflight": 0, "queue_depth": 0}, (
-            f"accounting leak: {books}; state: {gate.state()}"
+    for gate, held in records:
+        assert held == {"reserved_tokens": 0, "inflight": 0, "queue_depth": 0}, (
+            f"accounting leak: {held}; state: {gate.state()}"
         )
 
 
@@ -71,11 +71,11 @@ async def start_gate(books_back_to_zero):
         return gate, client
 
     yield start
-    for gate, client in started:
+    for gate, _client in started:
         # Let handlers finish releasing what they hold, then record.
         await gate.wait_idle(WAIT)
         books_back_to_zero.append((gate, books(gate)))
-    for gate, client in started:
+    for _gate, client in started:
         await client.close()
 
 
@@ -105,10 +105,10 @@ async def serve_gate(books_back_to_zero):
         return gate, client
 
     yield start
-    for gate, client in started:
+    for gate, _client in started:
         await gate.wait_idle(WAIT)
         books_back_to_zero.append((gate, books(gate)))
-    for gate, client in started:
+    for _gate, client in started:
         await client.close()
 
 

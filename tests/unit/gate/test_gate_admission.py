@@ -349,14 +349,17 @@ def test_prompt_parts(prompt, parts):
     assert prompt_parts({"prompt": prompt}) == parts
 
 
+_PROMPT_SHAPES = "prompt must be a string, a list of strings, a list of token IDs or a list of lists of token IDs"
+
+
 @pytest.mark.parametrize(
     "payload, message",
     [
         ({}, "prompt is required"),
-        ({"prompt": []}, "prompt must be a string, a list of strings, a list of token IDs or a list of lists of token IDs"),
-        ({"prompt": 5}, "prompt must be a string, a list of strings, a list of token IDs or a list of lists of token IDs"),
-        ({"prompt": ["a", 1]}, "prompt must be a string, a list of strings, a list of token IDs or a list of lists of token IDs"),
-        ({"prompt": [[1], []]}, "prompt must be a string, a list of strings, a list of token IDs or a list of lists of token IDs"),
+        ({"prompt": []}, _PROMPT_SHAPES),
+        ({"prompt": 5}, _PROMPT_SHAPES),
+        ({"prompt": ["a", 1]}, _PROMPT_SHAPES),
+        ({"prompt": [[1], []]}, _PROMPT_SHAPES),
     ],
 )
 def test_prompt_parts_rejects(payload, message):

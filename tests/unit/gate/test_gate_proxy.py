@@ -80,8 +80,10 @@ async def test_engine_http_errors_pass_through(one):
     [
         (b"{not json", "invalid_json", "The request body is not valid JSON."),
         (b"[1, 2]", "invalid_json", "The request body must be a JSON object."),
-        (b'{"model": "m", "prompt": "hi", "max_tokens": -5}', "invalid_max_tokens", "max_tokens must be at least 1, got -5"),
-        (b'{"model": "m", "prompt": "hi", "max_tokens": "9"}', "invalid_max_tokens", "max_tokens must be an integer, got str"),
+        (b'{"model": "m", "prompt": "hi", "max_tokens": -5}', "invalid_max_tokens",
+         "max_tokens must be at least 1, got -5"),
+        (b'{"model": "m", "prompt": "hi", "max_tokens": "9"}', "invalid_max_tokens",
+         "max_tokens must be an integer, got str"),
         (b'{"model": "m"}', "prompt_required", "prompt is required"),
         (b'{"model": "m", "prompt": "hi", "max_tokens": 1000000000}', "context_length_exceeded",
          "This model's maximum context length is 100 tokens. However, you requested 1000000001 tokens "
