@@ -30,10 +30,6 @@ from ansible.module_utils.host.preflight_network import check_engine_subnet, che
 from ansible.module_utils.host.preflight_ports import check_ports, parse_ss
 from host_probes import GB10_TABLE, host, smi
 
-ADDRS = parse_ip_addr(host("ip_o4_addr_dev_container.txt"))
-IFACES = ["eth0", "ifb0", "ifb1", "lo"]
-LISTENERS = parse_ss(host("ss_Htlnp_dev_container.txt"))
-
 # ---- options and missing evidence -----------------------------------------
 
 OPTIONS = dict(min_gpus=1, ports=[6379, 8000], min_cuda_version="12.8", address="192.0.2.2",
@@ -97,14 +93,16 @@ def test_evidence_that_could_not_be_gathered():
 def test_hints_name_the_modules_options_not_a_roles_variables():
     """A module message names the module's own option; the role maps its variables itself."""
     gpu = parse_table(smi(GB10_TABLE))
+    addrs, ifaces = parse_ip_addr(host("ip_o4_addr_dev_container.txt")), ["eth0", "ifb0", "ifb1", "lo"]
+    listeners = parse_ss(host("ss_Htlnp_dev_container.txt"))
     failing = [
         check_gpu_memory(parse_table(smi("19_h100_table_535_gvisor10413.txt")), 1000)[0],
-        check_interface("enp1s0f1np1", "192.0.2.2", IFACES, ADDRS),
-        check_interface("lo", "192.0.2.2", IFACES, ADDRS),
-        check_interface(None, "10.9.9.9", IFACES, ADDRS),
-        check_interface("eth0", "10.9.9.9", IFACES, ADDRS),
-        check_engine_subnet("eth0", "192.0.2.2", ["10.0.0.12"], ADDRS),
-        check_ports([6379], LISTENERS, {}, []),
+        check_interface("enp1s0f1np1", "192.0.2.2", ifaces, addrs),
+        check_interface("lo", "192.0.2.2", ifaces, addrs),
+        check_interface(None, "10.9.9.9", ifaces, addrs),
+        check_interface("eth0", "10.9.9.9", ifaces, addrs),
+        check_engine_subnet("eth0", "192.0.2.2", ["10.0.0.12"], addrs),
+        check_ports([6379], listeners, {}, []),
         check_disk("/srv/m", "/srv", 0, 0, 100),
         check_cuda_version(gpu, "99.0"),
         check_gpu_count(gpu, 8),
