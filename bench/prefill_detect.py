@@ -22,7 +22,7 @@ Four steps, each a subcommand (figures and commands in docs/benchmarks.md and do
 Which engine: the site's inventory, `-i inventory/<site>` (`--engine NAME`
 when it has several), read as the playbooks read it: Ansible loads it
 (group_vars, vault files, templates) and plugins/filter/fleet.py's
-engine_records builds the engine's record, which gives the URL, the served
+engine_records (plugins/module_utils/fleet/record.py) builds the engine's record, which gives the URL, the served
 model name, the probe's prompt length and floor; the API key is the
 inventory's vllm_server_api_key, resolved by Ansible and never printed.
 Vault-encrypted values need the vault password as for ansible-playbook
@@ -65,6 +65,7 @@ os.environ.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
 runpy.run_path(str(REPO / "plugins" / "module_utils_path.py"))
 if str(REPO / "bench" / "lib") not in sys.path:
     sys.path.insert(0, str(REPO / "bench" / "lib"))
+from ansible.module_utils.fleet.record import fleet_defaults  # noqa: E402
 from ansible.module_utils.prefill import decision as prefill  # noqa: E402
 from ansible.module_utils.prefill.client import EngineClient  # noqa: E402
 from ansible.module_utils.prefill.probe import probe, record  # noqa: E402
@@ -164,7 +165,7 @@ def read_inventory(inventory: str, engine: str | None = None, vault_ids=(), vaul
         loader = _ansible(vault_ids, vault_password_files, ask_vault_pass)
         manager = InventoryManager(loader=loader, sources=[inventory])
         variables = VariableManager(loader=loader, inventory=manager)
-        group = fleet.fleet_defaults()["vllm_fleet_engines_group"]
+        group = fleet_defaults()["vllm_fleet_engines_group"]
         hosts = [h.name for h in manager.get_hosts(group)] if group in manager.groups else []
         hostvars = {h: _HostVars(loader, variables.get_vars(host=manager.get_host(h))) for h in hosts}
         records = fleet.engine_records(hosts, hostvars)
@@ -189,7 +190,7 @@ def read_inventory(inventory: str, engine: str | None = None, vault_ids=(), vaul
     head = hostvars[chosen["head"]]
     try:
         key = head["vllm_server_api_key"] if "vllm_server_api_key" in head \
-            else fleet.fleet_defaults().get("vllm_server_api_key")
+            else fleet_defaults().get("vllm_server_api_key")
     except AnsibleError as e:
         # The error names the template and the variable it lacks, never a resolved value.
         raise TargetError(f"the inventory {inventory} sets vllm_server_api_key for {chosen['head']}, but Ansible"

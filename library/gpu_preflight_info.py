@@ -265,21 +265,7 @@ from ansible.module_utils.host.gpu_preflight import (
     Check,
     PreflightError,
     PreflightOptionError,
-    cgroup_units,
-    check_cuda_version,
-    check_disk_path,
-    check_engine_subnet,
-    check_gpu_count,
-    check_gpu_driver,
-    check_gpu_memory,
-    check_interface,
-    check_link_up,
-    check_ports,
-    check_service_address,
     command_failed,
-    parse_ip_addr,
-    parse_ip_link,
-    parse_ss,
     render_report,
     summarize,
     tool_missing,
@@ -294,6 +280,22 @@ from ansible.module_utils.host.nvidia_smi import (
     parse_csv,
     parse_table,
 )
+from ansible.module_utils.host.preflight_disk import check_disk_path
+from ansible.module_utils.host.preflight_gpu import (
+    check_cuda_version,
+    check_gpu_count,
+    check_gpu_driver,
+    check_gpu_memory,
+)
+from ansible.module_utils.host.preflight_network import (
+    check_engine_subnet,
+    check_interface,
+    check_link_up,
+    check_service_address,
+    parse_ip_addr,
+    parse_ip_link,
+)
+from ansible.module_utils.host.preflight_ports import cgroup_units, check_ports, parse_ss
 
 ARGUMENT_SPEC = dict(
     accelerator=dict(type="str", choices=["gpu", "cpu"], default="gpu"),

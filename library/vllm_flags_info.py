@@ -300,6 +300,7 @@ from ansible.module_utils.flags.errors import SourceError, VllmFlagsError
 from ansible.module_utils.flags.help import parse_help
 from ansible.module_utils.flags.help_cache import HelpCache, entry_text, environment_of, fingerprint
 from ansible.module_utils.flags.report import boot_log_warning, flags_report
+from ansible.module_utils.host.systemd import show_argv
 from ansible.module_utils.shared.versions import version_from_output
 
 ARGUMENT_SPEC = dict(
@@ -397,8 +398,7 @@ def read_command_line(module):
         if systemctl is None:
             raise SourceError("systemctl is not on this host's PATH; the unit source needs systemd "
                               "(use pid or cmdline instead)")
-        rc, out, err = module.run_command(
-            [systemctl, "show", "-p", "MainPID", "-p", "ExecStart", "-p", "LoadState", unit])
+        rc, out, err = module.run_command(show_argv(systemctl, unit, ("MainPID", "ExecStart", "LoadState")))
         if rc != 0:
             raise SourceError(f"`systemctl show {unit}` failed (rc={rc}): {_tail(err or out)}")
         info = running_unit(out, unit)

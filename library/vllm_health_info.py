@@ -168,7 +168,7 @@ import urllib.error
 import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.host.systemd import active_since, parse_show
+from ansible.module_utils.host.systemd import active_since, parse_show, show_argv
 from ansible.module_utils.host.vllm_health import (
     POLL_S,
     HealthArgumentError,
@@ -217,8 +217,8 @@ def unit_state(module, unit: str, fail):
     systemctl = module.get_bin_path("systemctl")
     if not systemctl:
         fail(f"systemctl not found on this host: unit={unit} needs systemd; omit unit to probe the URL only")
-    rc, out, err = module.run_command([systemctl, "show", "--timestamp=unix", "-p", "ActiveState", "-p", "Result",
-                                       "-p", "InvocationID", "-p", "LoadState", "-p", "ActiveEnterTimestamp", unit])
+    properties = ("ActiveState", "Result", "InvocationID", "LoadState", "ActiveEnterTimestamp")
+    rc, out, err = module.run_command(show_argv(systemctl, unit, properties, unix_time=True))
     props = parse_show(out)
     if rc != 0:
         why = " ".join(err.split()) or "no output"

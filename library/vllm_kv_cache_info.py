@@ -265,7 +265,7 @@ changed:
 import math
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.host.systemd import parse_show
+from ansible.module_utils.host.systemd import parse_show, show_argv
 from ansible.module_utils.kv.cache import (
     CapacityNotFoundError,
     KvCacheError,
@@ -302,7 +302,7 @@ def _unit_source(module, unit):
                 "%s not found on the target: unit= needs systemd's tools there; read a log "
                 "file with path= instead." % name)
     rc, out, err = module.run_command(
-        [bins["systemctl"], "show", "-p", "LoadState", "-p", "ActiveState", "-p", "InvocationID", "--", unit])
+        show_argv(bins["systemctl"], unit, ("LoadState", "ActiveState", "InvocationID"), end_of_options=True))
     if rc != 0:
         raise SourceError(
             "systemctl show %s failed (exit %d): %s. unit= needs a target whose services systemd runs; "

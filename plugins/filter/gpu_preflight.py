@@ -1,7 +1,8 @@
 """Filters of the gpu_preflight role: the engine-wide clock and link MTU
 checks and the per-host report.
 
-The logic lives in ``plugins/module_utils/host/gpu_preflight.py``.
+The logic lives in ``plugins/module_utils/host/``: ``preflight_clock.py``, ``preflight_network.py``
+(the link MTU) and ``gpu_preflight.py`` (the report).
 """
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from ansible.errors import AnsibleFilterError
 runpy.run_path(str(Path(__file__).resolve().parents[1] / "module_utils_path.py"))
 
 from ansible.module_utils.host import gpu_preflight as _logic  # noqa: E402
+from ansible.module_utils.host.preflight_clock import check_clock_skew  # noqa: E402
+from ansible.module_utils.host.preflight_network import check_link_mtu  # noqa: E402
 from ansible.module_utils.shared import numeric as _numeric  # noqa: E402
 
 
@@ -48,7 +51,7 @@ def clock_skew(peers, hostvars, max_skew_s, engine="", result="__gpu_preflight_i
         raise AnsibleFilterError("gpu_preflight_clock_skew: peers must be engine_peers' list, each with its rank, "
                                  f"got {_numeric.shown(peers)}")
     head = min(ranked, key=lambda p: p["rank"])["name"]
-    return _logic.check_clock_skew(offsets, head, max_skew, _numeric.text(engine)).as_dict()
+    return check_clock_skew(offsets, head, max_skew, _numeric.text(engine)).as_dict()
 
 
 def link_mtu(peers, hostvars, engine="", result="__gpu_preflight_info"):
@@ -64,7 +67,7 @@ def link_mtu(peers, hostvars, engine="", result="__gpu_preflight_info"):
         mtu = get("link_mtu")
         mtus[peer["name"]] = None if mtu is None else (str(get("link_interface")), int(mtu))
     head = min(peers, key=lambda p: int(p["rank"]))["name"]
-    return _logic.check_link_mtu(mtus, head, str(engine)).as_dict()
+    return check_link_mtu(mtus, head, str(engine)).as_dict()
 
 
 def report(checks):

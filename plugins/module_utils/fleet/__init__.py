@@ -1,5 +1,6 @@
 """Decisions across the fleet, taken on the controller through the filters:
 one engine's diagnosis (diagnosis), the rolling restart's plan and report
 (restart_plan) and schedules (schedule), a hub model's folder and a failed
-download (hub_model), and the ansible-playbook commands the advice prints
-(commands)."""
+download (hub_model), the ansible-playbook commands the advice prints
+(commands), the engine record built from the inventory (record) and vLLM's
+ExecStart= argv (exec_start)."""

@@ -72,35 +72,9 @@ def diagnose(probe: t.Mapping, kv: t.Optional[t.Mapping] = None, flags: t.Option
         raise DiagnosisError("probe must be what vllm_prefill_probe returned (a dict with a verdict)")
     kv = kv if isinstance(kv, dict) else {}
     flags = flags if isinstance(flags, dict) else {}
-    before, after = _get(probe, "metrics_before") or {}, _get(probe, "metrics_after") or {}
-    passive = _get(probe, "passive")
-    passive = passive if isinstance(passive, dict) else {}
-    pool = _num(_get(kv, "kv_cache_tokens"))
-    context = _num(context_tokens)
-    usage = _max(_get(before, "kv_cache_usage"), _get(after, "kv_cache_usage"))
-    # Figures as the modules returned them, or None for one that is no finite
-    # number (it would raise in a message, and in the result's JSON).
-    evidence = {
-        "probe": probe.get("verdict"),
-        "probe_reason": probe.get("reason"),
-        "ratio": finite(probe.get("ratio")),
-        "threshold": finite(probe.get("threshold")),
-        "reference": finite(probe.get("reference")),
-        "uptime_s": finite(probe.get("uptime_s")),
-        "health_status": finite(probe.get("health_status")),
-        "kv_cache_tokens": pool,
-        "full_context_sessions": finite(_get(kv, "full_context_sessions")),
-        "context_tokens": context,
-        "kv_cache_usage": usage,
-        "running": _max(_get(before, "running"), _get(after, "running")),
-        "waiting": _max(_get(before, "waiting"), _get(after, "waiting")),
-        "waiting_for_capacity": _max(_get(before, "waiting_capacity"), _get(after, "waiting_capacity")),
-        "preemptions_in_window": _num(passive.get("preemptions")),
-        "preemptions_total": _max(_get(after, "preemptions"), _get(before, "preemptions")),
-        "passive_seconds_per_token": finite(passive.get("seconds_per_token")),
-        "passive_ratio": finite(passive.get("ratio")),
-        "window_s": finite(passive.get("window_s")),
-    }
+    passive = _passive(probe)
+    evidence = _evidence(probe, kv, passive, context_tokens)
+    pool, context, usage = evidence["kv_cache_tokens"], evidence["context_tokens"], evidence["kv_cache_usage"]
     window = evidence["window_s"]
     inventory_arg = inventory_arg or INVENTORY_ARG
     restart = command(inventory_arg, RESTART)
@@ -124,17 +98,8 @@ def diagnose(probe: t.Mapping, kv: t.Optional[t.Mapping] = None, flags: t.Option
             running, window), "the engine is alive but stuck: restart it (%s)" % restart)
     rose = evidence["preemptions_in_window"]
     if rose is not None and rose > 0:
-        if flags.get("scheduler_reserve_full_isl") is False:
-            fix = ("--no-scheduler-reserve-full-isl is set: remove it, so vLLM queues a request whose full "
-                   "prompt does not fit instead of admitting it and preempting others")
-        elif _num(flags.get("watermark")):
-            fix = ("--watermark %s is set: remove it, and keep --scheduler-reserve-full-isl on"
-                   % finite(flags.get("watermark")))
-        else:
-            fix = ("--scheduler-reserve-full-isl is on and no --watermark is set: running sessions outgrew "
-                   "the pool while decoding; fewer concurrent sessions or a larger pool")
         return out("preempting", "%d preemption(s) in %s s: running sessions are being evicted and recomputed"
-                   % (rose, window), fix)
+                   % (rose, window), _preemption_fix(flags))
     if probe["verdict"] == "degraded":
         return out("prefill-degraded", "prefill %.2fx its baseline after %s of uptime" % (
             evidence["ratio"] or 0, _duration(probe.get("uptime_s"))), restart_hint)
@@ -164,6 +129,52 @@ def diagnose(probe: t.Mapping, kv: t.Optional[t.Mapping] = None, flags: t.Option
                                        if passive_ratio is not None else passive.get("reason") or "no reading"))
     return out("healthy", "prefill %s; nothing waits, nothing is preempted" % (
         "%.2fx its baseline" % evidence["ratio"] if evidence["ratio"] is not None else "as recorded"))
+
+
+
+def _passive(probe: t.Mapping) -> dict:
+    """The probe's passive reading (a dict), or an empty one."""
+    passive = _get(probe, "passive")
+    return passive if isinstance(passive, dict) else {}
+
+
+def _evidence(probe: t.Mapping, kv: t.Mapping, passive: t.Mapping, context_tokens: t.Any) -> dict:
+    """Figures as the modules returned them, or None for one that is no finite
+    number (it would raise in a message, and in the result's JSON)."""
+    before, after = _get(probe, "metrics_before") or {}, _get(probe, "metrics_after") or {}
+    return {
+        "probe": probe.get("verdict"),
+        "probe_reason": probe.get("reason"),
+        "ratio": finite(probe.get("ratio")),
+        "threshold": finite(probe.get("threshold")),
+        "reference": finite(probe.get("reference")),
+        "uptime_s": finite(probe.get("uptime_s")),
+        "health_status": finite(probe.get("health_status")),
+        "kv_cache_tokens": _num(_get(kv, "kv_cache_tokens")),
+        "full_context_sessions": finite(_get(kv, "full_context_sessions")),
+        "context_tokens": _num(context_tokens),
+        "kv_cache_usage": _max(_get(before, "kv_cache_usage"), _get(after, "kv_cache_usage")),
+        "running": _max(_get(before, "running"), _get(after, "running")),
+        "waiting": _max(_get(before, "waiting"), _get(after, "waiting")),
+        "waiting_for_capacity": _max(_get(before, "waiting_capacity"), _get(after, "waiting_capacity")),
+        "preemptions_in_window": _num(passive.get("preemptions")),
+        "preemptions_total": _max(_get(after, "preemptions"), _get(before, "preemptions")),
+        "passive_seconds_per_token": finite(passive.get("seconds_per_token")),
+        "passive_ratio": finite(passive.get("ratio")),
+        "window_s": finite(passive.get("window_s")),
+    }
+
+
+def _preemption_fix(flags: t.Mapping) -> str:
+    """What to change when sessions are preempted, by the flags the engine runs with."""
+    if flags.get("scheduler_reserve_full_isl") is False:
+        return ("--no-scheduler-reserve-full-isl is set: remove it, so vLLM queues a request whose full "
+                "prompt does not fit instead of admitting it and preempting others")
+    if _num(flags.get("watermark")):
+        return ("--watermark %s is set: remove it, and keep --scheduler-reserve-full-isl on"
+                % finite(flags.get("watermark")))
+    return ("--scheduler-reserve-full-isl is on and no --watermark is set: running sessions outgrew "
+            "the pool while decoding; fewer concurrent sessions or a larger pool")
 
 
 def _pool_full(pool: t.Optional[float], context: t.Optional[float], usage: t.Optional[float]) -> bool:

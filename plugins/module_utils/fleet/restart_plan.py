@@ -151,17 +151,7 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
                           _optional_limit("the gate's longest hold", gate.get("max_hold_s"))) if x is not None]
     records = _engines(engines)
     named = _only(only, [e["name"] for e in records])
-
-    rows = []
-    for e in records:
-        v = _verdict(verdicts, e["name"])
-        restart, reason = _why_restart(policy, v["verdict"], str(v.get("summary") or ""), inventory_arg)
-        if named and e["name"] not in named:
-            restart, reason = False, "not named in restart_engines"
-        rows.append({"name": e["name"], "head": e.get("head", e["hosts"][0]), "hosts": list(e["hosts"]),
-                     "api_url": str(e.get("api_url", "")), "verdict": v["verdict"],
-                     "summary": v.get("summary", ""), "serving": v["verdict"] not in NOT_SERVING,
-                     "action": "restart" if restart else "skip", "reason": reason, "drain": None})
+    rows = _rows(records, verdicts, policy, named, inventory_arg)
 
     def fed(r: dict) -> bool:
         return mode == "direct" and bool(consumer_url) and _same_url(consumer_url, r["api_url"])
@@ -188,6 +178,23 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
         "back": back, "undrain": undrain, "left": left,
         "refused": refused,
     }
+
+
+def _rows(records: t.List[dict], verdicts: t.Mapping, policy: str, named: t.List[str],
+          inventory_arg: t.Any) -> t.List[dict]:
+    """One row per engine, in inventory order: its verdict, and whether it restarts and why
+    (an engine ``named`` leaves out is skipped, whatever it reads)."""
+    rows = []
+    for e in records:
+        v = _verdict(verdicts, e["name"])
+        restart, reason = _why_restart(policy, v["verdict"], str(v.get("summary") or ""), inventory_arg)
+        if named and e["name"] not in named:
+            restart, reason = False, "not named in restart_engines"
+        rows.append({"name": e["name"], "head": e.get("head", e["hosts"][0]), "hosts": list(e["hosts"]),
+                     "api_url": str(e.get("api_url", "")), "verdict": v["verdict"],
+                     "summary": v.get("summary", ""), "serving": v["verdict"] not in NOT_SERVING,
+                     "action": "restart" if restart else "skip", "reason": reason, "drain": None})
+    return rows
 
 
 def _left_behind(rows: t.List[dict], mode: str, consumer_url: str, consumers_at: t.Any, drained: t.Any,

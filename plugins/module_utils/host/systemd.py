@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Read ``systemctl show`` output.
+"""Ask for and read ``systemctl show`` output.
 
 ``systemctl show -p A -p B UNIT`` prints one ``KEY=VALUE`` line per property.
 An exec property is printed in systemd's structured form (systemd 252)::
@@ -10,7 +10,8 @@ An exec property is printed in systemd's structured form (systemd 252)::
                 ignore_errors=no ; start_time=[...] ; stop_time=[...] ; pid=4242 ; code=... ; status=... }
 
 with argv joined by single spaces and unquoted. Each caller keeps its own
-message for a unit that is missing or not running; this file only reads.
+message for a unit that is missing or not running; this file only builds the
+command (:func:`show_argv`) and reads what it prints.
 
 Nothing here raises: any text (cut, with NULs, CRs, or non-UTF-8 read with
 replacement) gives a value, and what cannot be a property, a pid or a stamp
@@ -33,6 +34,17 @@ class UnitInfo:
     main_pid: int
     exec_path: str | None
     exec_argv: str | None     # systemd joins argv with single spaces, unquoted
+
+
+def show_argv(systemctl: str, unit: str, properties, *, unix_time: bool = False,
+              end_of_options: bool = False) -> list[str]:
+    """``systemctl show`` of ``properties`` of ``unit`` as argv: ``--timestamp=unix``
+    with ``unix_time`` (stamps as ``@N``, for :func:`active_since`), ``--`` before the
+    unit with ``end_of_options``."""
+    argv = [systemctl, "show"] + (["--timestamp=unix"] if unix_time else [])
+    for name in properties:
+        argv += ["-p", name]
+    return argv + (["--", unit] if end_of_options else [unit])
 
 
 def parse_show(text: str) -> dict[str, str]:

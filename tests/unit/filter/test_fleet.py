@@ -38,11 +38,14 @@ gate_url = FILTERS["gate_url"]
 gate_upstreams = FILTERS["gate_upstreams"]
 engine_rank = FILTERS["engine_rank"]
 host_problems = FILTERS["host_problems"]
-engine_record = plugin.engine_record  # not a filter: engine_records calls it per engine
-model_path = plugin.model_path
-fleet_defaults = plugin.fleet_defaults
-ENGINE_KEYS = plugin.ENGINE_KEYS
-RETIRED = plugin.RETIRED
+# The record's logic (plugins/module_utils/fleet/record.py), importable once the plugin has loaded.
+from ansible.module_utils.fleet import record as logic  # noqa: E402
+
+engine_record = logic.engine_record  # not a filter: engine_records calls it per engine
+model_path = logic.model_path
+fleet_defaults = logic.fleet_defaults
+ENGINE_KEYS = logic.ENGINE_KEYS
+RETIRED = logic.RETIRED
 vllm_argv = FILTERS["vllm_argv"]
 systemd_quote = FILTERS["systemd_quote"]
 inventory_args = FILTERS["inventory_args"]
@@ -229,7 +232,7 @@ def _reads(hostvars):
 
 
 def test_the_plugin_reads_the_defaults_file():
-    assert plugin.DEFAULTS_FILE == DEFAULTS_FILE
+    assert logic.DEFAULTS_FILE == DEFAULTS_FILE
     assert fleet_defaults() == DEFAULTS
 
 
@@ -417,11 +420,11 @@ def test_a_value_that_does_not_template_counts_as_unset():
 
 @pytest.fixture
 def other_defaults(tmp_path, monkeypatch):
-    """The plugin pointed at another defaults file (its cache cleared both ways)."""
+    """The record pointed at another defaults file (its cache cleared both ways)."""
     path = tmp_path / "main.yml"
     path.write_text(yaml.safe_dump(dict(DEFAULTS, vllm_server_port=9999, vllm_server_served_model_name="moved",
                                         gate_service_port=9100)))
-    monkeypatch.setattr(plugin, "DEFAULTS_FILE", path)
+    monkeypatch.setattr(logic, "DEFAULTS_FILE", path)
     fleet_defaults.cache_clear()
     yield
     fleet_defaults.cache_clear()

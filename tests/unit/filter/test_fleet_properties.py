@@ -27,7 +27,7 @@ from test_fleet import (
     engine_records,
     gate_upstreams,
     host_problems,
-    plugin,
+    logic,
     vllm_argv,
 )
 
@@ -55,7 +55,7 @@ def assert_record(record: dict, knob: str) -> None:
     if value is None or (isinstance(value, float) and not 1.0 <= value <= 10.0):
         assert any(knob in p for p in record["problems"]), record["problems"]
     if isinstance(value, int):
-        assert 0 < value <= plugin.MAX_INTEGER
+        assert 0 < value <= logic.MAX_INTEGER
     for problem in record["problems"]:
         assert len(problem) < 1000
 
@@ -88,7 +88,7 @@ def test_a_rank_past_range_raises_only_the_filter_error(rank):
     records = records_or_error(_lab(lab2={"vllm_fleet_rank": rank}))
     if records is not None:
         json.dumps(records, allow_nan=False)
-    assert engine_rank(rank) is None or 0 <= engine_rank(rank) <= plugin.MAX_INTEGER
+    assert engine_rank(rank) is None or 0 <= engine_rank(rank) <= logic.MAX_INTEGER
 
 
 @given(out_of_range(), out_of_range())

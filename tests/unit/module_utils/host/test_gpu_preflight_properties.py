@@ -1,4 +1,5 @@
-"""Property tests for plugins/module_utils/host/gpu_preflight.py over hostile input
+"""Property tests for the preflight checks in plugins/module_utils/host/ (gpu_preflight.py,
+preflight_*.py) over hostile input
 (tests/hostile.py): the host-probe parsers (``/proc/meminfo``, ``ip -o -4
 addr``, ``ss -Htlnp``, ``/proc/<pid>/cgroup``) over the real captures in
 tests/fixtures/host-probes/ (INDEX.md gives each source) cut, noised and
@@ -26,22 +27,21 @@ from ansible.module_utils.host.gpu_preflight import (
     Check,
     PreflightError,
     PreflightOptionError,
-    cgroup_units,
-    check_cuda_version,
-    check_disk_path,
-    check_engine_subnet,
     check_from_dict,
-    check_interface,
-    check_link_up,
-    check_ports,
     is_ipv4,
-    parse_ip_addr,
-    parse_ip_link,
-    parse_meminfo,
-    parse_ss,
     validate_options,
 )
 from ansible.module_utils.host.nvidia_smi import SmiReport
+from ansible.module_utils.host.preflight_disk import check_disk_path
+from ansible.module_utils.host.preflight_gpu import check_cuda_version, parse_meminfo
+from ansible.module_utils.host.preflight_network import (
+    check_engine_subnet,
+    check_interface,
+    check_link_up,
+    parse_ip_addr,
+    parse_ip_link,
+)
+from ansible.module_utils.host.preflight_ports import cgroup_units, check_ports, parse_ss
 from filter_plugins import load_filters
 from hostile import (
     HUGE_NUMBER,

@@ -16,12 +16,6 @@ import re
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.host.gpu_preflight import (
-    check_cuda_version,
-    check_gpu_count,
-    check_gpu_driver,
-    check_gpu_memory,
-)
 from ansible.module_utils.host.nvidia_smi import (
     FAILURES,
     QUERY_FIELDS,
@@ -32,6 +26,12 @@ from ansible.module_utils.host.nvidia_smi import (
     merge,
     parse_csv,
     parse_table,
+)
+from ansible.module_utils.host.preflight_gpu import (
+    check_cuda_version,
+    check_gpu_count,
+    check_gpu_driver,
+    check_gpu_memory,
 )
 from hostile import (
     HUGE_NUMBER,

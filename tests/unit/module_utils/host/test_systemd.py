@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.host.systemd import exec_command, main_pid, parse_show, unit_info
+from ansible.module_utils.host.systemd import exec_command, main_pid, parse_show, show_argv, unit_info
 
 # vllm_flags_info's `systemctl show -p MainPID -p ExecStart -p LoadState vllm.service`
 FLAGS_SHOW = (
@@ -52,3 +52,18 @@ def test_unit_info():
     missing = unit_info("MainPID=0\nLoadState=not-found\nExecStart=\n")
     assert (missing.load_state, missing.main_pid, missing.exec_path, missing.exec_argv) == (
         "not-found", 0, None, None)
+
+
+@pytest.mark.parametrize("properties,options,argv", [
+    # vllm_flags_info's
+    (("MainPID", "ExecStart", "LoadState"), {},
+     ["/bin/systemctl", "show", "-p", "MainPID", "-p", "ExecStart", "-p", "LoadState", "vllm.service"]),
+    # vllm_kv_cache_info's: a unit name that starts with '-' is no option
+    (("LoadState", "ActiveState", "InvocationID"), {"end_of_options": True},
+     ["/bin/systemctl", "show", "-p", "LoadState", "-p", "ActiveState", "-p", "InvocationID", "--", "vllm.service"]),
+    # vllm_health_info's: stamps as @N
+    (("ActiveState", "ActiveEnterTimestamp"), {"unix_time": True},
+     ["/bin/systemctl", "show", "--timestamp=unix", "-p", "ActiveState", "-p", "ActiveEnterTimestamp", "vllm.service"]),
+])
+def test_show_argv(properties, options, argv):
+    assert show_argv("/bin/systemctl", "vllm.service", properties, **options) == argv
