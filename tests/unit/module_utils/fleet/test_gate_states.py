@@ -57,9 +57,11 @@ def test_release_when_held():
 @pytest.mark.parametrize("wanted, upstream, hold_s, message", [
     ("drained", None, None, "state=drained needs the upstream (the engine's name)"),
     ("drained", "z", None, "the gate has no upstream 'z' (it has: a, b)"),
-    ("held", None, None, "state=held needs hold_s, seconds from 1 to 3600, got None"),
-    ("held", None, 0, "state=held needs hold_s, seconds from 1 to 3600, got 0"),
-    ("held", None, 3601, "state=held needs hold_s, seconds from 1 to 3600, got 3601"),
+    ("held", None, None, "state=held needs hold_s, a positive number of seconds, got None"),
+    ("held", None, 0, "state=held needs hold_s, a positive number of seconds, got 0"),
+    ("held", None, float("nan"), "state=held needs hold_s, a positive number of seconds, got nan"),
+    ("held", None, 3601, "a 3601 s hold is past the gate's longest (max_hold_s 600 s): raise "
+                         "gate_service_max_hold_s or hold for less"),
     ("held", None, 601, "a 601 s hold is past the gate's longest (max_hold_s 600 s): raise "
                         "gate_service_max_hold_s or hold for less"),
     ("gone", None, None, "state must be one of present, drained, undrained, held, released, got 'gone'"),
