@@ -110,13 +110,13 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
          mode: t.Any = "direct", consumer_url: t.Any = "", fallback_url: t.Any = "",
          gate: t.Optional[t.Mapping] = None, expected_restart_s: t.Any = 120, hold_margin_s: t.Any = 30,
          consumers_at: t.Any = None, only: t.Any = None, inventory_arg: t.Any = "") -> dict:
-    """The restart plan: {policy, mode, engines, hosts, batches, fed, back, undrain, left, refused}.
+    """The restart plan: {policy, mode, engines, hosts, batches, consumers_engine, back, undrain, left, refused}.
 
     ``consumer_url`` is the OpenAI base URL the consumers use in direct mode
     ('' without consumer hosts); ``gate`` holds the live gate's
     ``queue_timeout_s`` and ``max_hold_s``. ``hosts`` and ``batches`` are the
     restart play's host list and ``serial`` (one batch per engine, head
-    first). ``fed`` is the engine the consumers talk to in direct mode when it
+    first). ``consumers_engine`` is the engine the consumers talk to in direct mode when it
     restarts: it goes last, in its own play, between moving the consumers away
     and back. ``engines`` lists the restarts in order, then the skipped ones.
 
@@ -145,7 +145,7 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
     if not isinstance(verdicts, dict):
         raise PlanError("verdicts must map each engine's name to its diagnosis")
     expected = _positive("vllm_restart_expected_s", expected_restart_s)
-    margin = _positive("restart_hold_margin_s", hold_margin_s)
+    margin = _positive("vllm_restart_hold_margin_s", hold_margin_s)
     gate = dict(gate or {})
     limits = [x for x in (_optional_limit("the gate's queue timeout", gate.get("queue_timeout_s")),
                           _optional_limit("the gate's longest hold", gate.get("max_hold_s"))) if x is not None]
@@ -153,28 +153,30 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
     named = _only(only, [e["name"] for e in records])
     rows = _rows(records, verdicts, policy, named, inventory_arg)
 
-    def fed(r: dict) -> bool:
+    def is_consumers_engine(r: dict) -> bool:
         return mode == "direct" and bool(consumer_url) and _same_url(consumer_url, r["api_url"])
 
     todo = [r for r in rows if r["action"] == "restart"]
-    order = ([r for r in todo if not r["serving"] and not fed(r)] + [r for r in todo if r["serving"] and not fed(r)]
-             + [r for r in todo if fed(r)])
+    others_first = [r for r in todo if not is_consumers_engine(r)]
+    order = ([r for r in others_first if not r["serving"]] + [r for r in others_first if r["serving"]]
+             + [r for r in todo if is_consumers_engine(r)])
     refused: t.List[str] = []
     restarted: t.List[str] = []
     for r in order:
         others = [o for o in rows if o["name"] != r["name"] and (o["serving"] or o["name"] in restarted)]
-        r["drain"] = _drain(r, others, mode, consumer_url, fed(r), fallback_url, limits, expected, margin, accept,
-                            refused, command(inventory_arg, PLAYBOOK, ACCEPT))
+        r["drain"] = _drain(r, others, mode, consumer_url, is_consumers_engine(r), fallback_url, limits, expected,
+                            margin, accept, refused, command(inventory_arg, PLAYBOOK, ACCEPT))
         restarted.append(r["name"])
-    batched = [r for r in order if not fed(r)]
-    last = next((r for r in order if fed(r)), None)
-    back, undrain, left = _left_behind(rows, mode, consumer_url, consumers_at, gate.get("drained"), fed)
+    batched = [r for r in order if not is_consumers_engine(r)]
+    last = next((r for r in order if is_consumers_engine(r)), None)
+    back, undrain, left = _left_behind(rows, mode, consumer_url, consumers_at, gate.get("drained"), is_consumers_engine)
     return {
         "policy": policy, "mode": mode, "accept_outage": accept,
         "engines": order + [r for r in rows if r["action"] == "skip"],
         "hosts": [h for r in batched for h in r["hosts"]],
         "batches": [len(r["hosts"]) for r in batched],
-        "fed": None if last is None else {"name": last["name"], "hosts": last["hosts"], "drain": last["drain"]},
+        "consumers_engine": (None if last is None
+                             else {"name": last["name"], "hosts": last["hosts"], "drain": last["drain"]}),
         "back": back, "undrain": undrain, "left": left,
         "refused": refused,
     }
@@ -198,7 +200,7 @@ def _rows(records: t.List[dict], verdicts: t.Mapping, policy: str, named: t.List
 
 
 def _left_behind(rows: t.List[dict], mode: str, consumer_url: str, consumers_at: t.Any, drained: t.Any,
-                 fed: t.Callable[[dict], bool]) -> t.Tuple[bool, t.List[str], t.List[str]]:
+                 is_consumers_engine: t.Callable[[dict], bool]) -> t.Tuple[bool, t.List[str], t.List[str]]:
     """(back, undrain, left): see plan()."""
     for name, value in (("consumers_at", consumers_at), ("the gate's drained engines", drained)):
         if value is not None and (not isinstance(value, list) or not all(isinstance(x, str) for x in value)):
@@ -206,7 +208,7 @@ def _left_behind(rows: t.List[dict], mode: str, consumer_url: str, consumers_at:
     back, undrain, left = False, [], []
     away = sorted({u for u in consumers_at or [] if u and not _same_url(u, consumer_url)})
     if mode == "direct" and consumer_url and away:
-        target = next((r for r in rows if fed(r)), None)
+        target = next((r for r in rows if is_consumers_engine(r)), None)
         where = ", ".join(away)
         if target is None:
             left.append("the consumers are on %s, not %s, which is no engine's API: they stay there" % (
@@ -372,7 +374,7 @@ def report(plan_: t.Any, results: t.Any, consumers_t: t.Any = None, failed: t.An
         raise PlanError("the plan must be what restart_plan returned")
     results = results if isinstance(results, dict) else {}
     moved = consumers_t if isinstance(consumers_t, dict) else {}
-    fed = (plan_.get("fed") or {}).get("name")
+    consumers_engine = (plan_.get("consumers_engine") or {}).get("name")
     engines = []
     for e in plan_["engines"]:
         row = {k: e.get(k) for k in ("name", "hosts", "verdict", "summary", "action", "reason")}
@@ -385,7 +387,8 @@ def report(plan_: t.Any, results: t.Any, consumers_t: t.Any = None, failed: t.An
         else:
             row["outcome"] = "skipped"
         away, back = finite_float(moved.get("away")), finite_float(moved.get("back"))
-        if e["name"] == fed and away is not None and back is not None and row.get("outcome") == "restarted":
+        if (e["name"] == consumers_engine and away is not None and back is not None
+                and row.get("outcome") == "restarted"):
             inner = finite_float(row.get("drained_s")) or 0.0
             row["drained_s"] = round(back - away, 1)
             if finite_float(row.get("overhead_s")) is not None:

@@ -50,8 +50,8 @@ def test_restart_plan_plain_inputs():
     p = FILTERS["restart_plan"](ENGINES, VERDICTS, consumer_url=URL1, fallback_url=FALLBACK)
     # The same plan the logic makes.
     assert p == rp.plan(ENGINES, VERDICTS, consumer_url=URL1, fallback_url=FALLBACK)
-    assert p["fed"]["name"] == "engine_lab"
-    assert p["fed"]["drain"] == {"kind": "fallback", "url": FALLBACK,
+    assert p["consumers_engine"]["name"] == "engine_lab"
+    assert p["consumers_engine"]["drain"] == {"kind": "fallback", "url": FALLBACK,
                                  "why": "the consumers use the fallback %s while it restarts (planned)" % FALLBACK}
     assert (p["hosts"], p["batches"], p["refused"]) == ([], [], [])
 

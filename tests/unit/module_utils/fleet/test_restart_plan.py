@@ -90,8 +90,8 @@ def test_always_restarts_every_verdict(verdict):
 
 def test_plan_keys():
     p = rp.plan([E1], {"e1": v("healthy")})
-    assert set(p) == {"policy", "mode", "accept_outage", "engines", "hosts", "batches", "fed", "back", "undrain",
-                      "left", "refused"}
+    assert set(p) == {"policy", "mode", "accept_outage", "engines", "hosts", "batches", "consumers_engine", "back",
+                      "undrain", "left", "refused"}
     assert set(p["engines"][0]) == {"name", "head", "hosts", "api_url", "verdict", "summary", "serving", "action",
                                     "reason", "drain"}
 
@@ -111,7 +111,7 @@ def test_non_serving_engines_restart_first():
     assert names(p) == ["e2", "e3", "e1"]
     assert p["hosts"] == ["h3", "h4", "h1", "h2"]
     assert p["batches"] == [1, 1, 2]
-    assert p["fed"] is None
+    assert p["consumers_engine"] is None
 
 
 def test_restarts_come_before_skips_in_engines():
@@ -130,33 +130,33 @@ def test_batches_are_each_engines_size():
 
 @pytest.mark.parametrize("consumer_url", [URL1, URL1 + "/"], ids=["exact", "trailing-slash"])
 def test_direct_mode_fed_engine_restarts_last_in_its_own_play(consumer_url):
-    """The engine the consumers use is not in hosts/batches but in fed, after every other restart."""
+    """The engine the consumers use is not in hosts/batches but in consumers_engine, after every other restart."""
     engines = [E1, E2, E3]
     verdicts = {"e1": v("prefill-degraded"), "e2": v("prefill-degraded"), "e3": v("down")}
     p = rp.plan(engines, verdicts, mode="direct", consumer_url=consumer_url)
     assert names(p) == ["e3", "e2", "e1"]
     assert p["hosts"] == ["h4", "h3"]
     assert p["batches"] == [1, 1]
-    assert p["fed"] == {"name": "e1", "hosts": ["h1", "h2"], "drain": by_name(p)["e1"]["drain"]}
-    assert p["fed"]["drain"]["kind"] == "repoint"
+    assert p["consumers_engine"] == {"name": "e1", "hosts": ["h1", "h2"], "drain": by_name(p)["e1"]["drain"]}
+    assert p["consumers_engine"]["drain"]["kind"] == "repoint"
 
 
 def test_consumer_url_trailing_slash_on_the_engine_side():
     p = rp.plan([engine("e1", ["h1"], URL1 + "/")], {"e1": v("down")}, consumer_url=URL1)
-    assert p["fed"]["name"] == "e1"
+    assert p["consumers_engine"]["name"] == "e1"
 
 
 def test_gate_mode_has_no_fed_engine():
     """Only direct-mode consumers point at one engine; the gate's do not."""
     p = rp.plan([E1, E2], {"e1": v("prefill-degraded"), "e2": v("prefill-degraded")}, mode="gate",
                 consumer_url=URL1)
-    assert p["fed"] is None
+    assert p["consumers_engine"] is None
     assert p["hosts"] == ["h1", "h2", "h3"]
 
 
 def test_fed_engine_skipped_is_not_fed():
     p = rp.plan([E1, E2], {"e1": v("healthy"), "e2": v("prefill-degraded")}, consumer_url=URL1)
-    assert p["fed"] is None
+    assert p["consumers_engine"] is None
     assert p["hosts"] == ["h3"]
 
 
@@ -243,7 +243,7 @@ def test_direct_no_consumer_host():
     drain = p["engines"][0]["drain"]
     assert drain["kind"] == "none"
     assert "no consumer host" in drain["why"]
-    assert p["fed"] is None
+    assert p["consumers_engine"] is None
     assert p["refused"] == []
 
 
@@ -252,13 +252,13 @@ def test_direct_consumers_point_elsewhere():
     drain = by_name(p)["e1"]["drain"]
     assert drain["kind"] == "none"
     assert URL2 in drain["why"]
-    assert p["fed"] is None
+    assert p["consumers_engine"] is None
 
 
 def test_direct_repoint_to_another_serving_engine():
     p = rp.plan([E1, E2], {"e1": v("prefill-degraded"), "e2": v("healthy")}, consumer_url=URL1,
                 fallback_url=FALLBACK)
-    drain = p["fed"]["drain"]
+    drain = p["consumers_engine"]["drain"]
     # Another serving engine wins over the fallback.
     assert drain == {"kind": "repoint", "url": URL2, "why": "the consumers use e2 while it restarts"}
     assert p["refused"] == []
@@ -269,21 +269,21 @@ def test_direct_restarted_engine_counts_as_serving():
     p = rp.plan([E1, E2], {"e1": v("down"), "e2": v("down")}, policy="always", consumer_url=URL2)
     assert names(p) == ["e1", "e2"]
     assert p["hosts"] == ["h1", "h2"]
-    assert p["fed"]["name"] == "e2"
-    assert p["fed"]["drain"]["kind"] == "repoint"
-    assert p["fed"]["drain"]["url"] == URL1
+    assert p["consumers_engine"]["name"] == "e2"
+    assert p["consumers_engine"]["drain"]["kind"] == "repoint"
+    assert p["consumers_engine"]["drain"]["url"] == URL1
 
 
 def test_direct_fed_alone_fallback():
     p = rp.plan([E1], {"e1": v("prefill-degraded")}, consumer_url=URL1, fallback_url=FALLBACK)
-    assert p["fed"]["drain"]["kind"] == "fallback"
-    assert p["fed"]["drain"]["url"] == FALLBACK
+    assert p["consumers_engine"]["drain"]["kind"] == "fallback"
+    assert p["consumers_engine"]["drain"]["url"] == FALLBACK
     assert p["refused"] == []
 
 
 def test_direct_fed_alone_without_fallback_is_refused():
     p = rp.plan([E1], {"e1": v("prefill-degraded")}, consumer_url=URL1)
-    assert p["fed"]["drain"]["kind"] == "refused"
+    assert p["consumers_engine"]["drain"]["kind"] == "refused"
     (msg,) = p["refused"]
     assert "engine e1 is the only serving engine" in msg
     assert "vllm_fleet_fallback_url" in msg
@@ -293,8 +293,8 @@ def test_direct_fed_alone_without_fallback_is_refused():
 @pytest.mark.parametrize("accept", [True, "true", "yes", "True", " yes "])
 def test_direct_fed_alone_accepted(accept):
     p = rp.plan([E1], {"e1": v("prefill-degraded")}, consumer_url=URL1, accept_outage=accept)
-    assert p["fed"]["drain"]["kind"] == "none"
-    assert "outage accepted" in p["fed"]["drain"]["why"]
+    assert p["consumers_engine"]["drain"]["kind"] == "none"
+    assert "outage accepted" in p["consumers_engine"]["drain"]["why"]
     assert p["refused"] == []
     assert p["accept_outage"] is True
 
@@ -303,13 +303,13 @@ def test_direct_fed_alone_accepted(accept):
 def test_accept_outage_false_words(accept):
     p = rp.plan([E1], {"e1": v("prefill-degraded")}, consumer_url=URL1, accept_outage=accept)
     assert p["accept_outage"] is False
-    assert p["fed"]["drain"]["kind"] == "refused"
+    assert p["consumers_engine"]["drain"]["kind"] == "refused"
 
 
 @pytest.mark.parametrize("verdict", ["down", "wedged"])
 def test_direct_fed_alone_not_serving_adds_no_outage(verdict):
     p = rp.plan([E1], {"e1": v(verdict)}, consumer_url=URL1)
-    drain = p["fed"]["drain"]
+    drain = p["consumers_engine"]["drain"]
     assert drain["kind"] == "none"
     assert "adds no outage" in drain["why"]
     assert p["refused"] == []
@@ -337,7 +337,7 @@ BAD = [
     ("expected-bool", dict(expected_restart_s=True), "vllm_restart_expected_s must be a positive number"),
     ("expected-nan", dict(expected_restart_s=float("nan")), "vllm_restart_expected_s must be a positive number"),
     ("expected-str", dict(expected_restart_s="120"), "vllm_restart_expected_s must be a positive number"),
-    ("margin-0", dict(hold_margin_s=0), "restart_hold_margin_s must be a positive number"),
+    ("margin-0", dict(hold_margin_s=0), "vllm_restart_hold_margin_s must be a positive number"),
     ("queue-timeout-0", dict(gate={"queue_timeout_s": 0}), "the gate's queue timeout must be a positive number"),
     ("max-hold-0", dict(gate={"max_hold_s": 0}), "the gate's longest hold must be a positive number"),
 ]
@@ -399,7 +399,8 @@ def test_pool_check_tolerance_out_of_range(tolerance):
 # --- report -------------------------------------------------------------------------------
 
 def _direct_plan() -> dict:
-    """e1 fed (restarts last, its consumers repointed at e2 or e3), e2 wedged restarts first, e3 healthy."""
+    """e1 is the consumers' engine (restarts last, its consumers repointed at e2 or e3), e2 wedged restarts
+    first, e3 healthy."""
     engines = [E1, E2, E3]
     verdicts = {"e1": v("prefill-degraded", "prefill 2.8x"), "e2": v("wedged"), "e3": v("healthy")}
     return rp.plan(engines, verdicts, consumer_url=URL1, fallback_url=FALLBACK)
@@ -465,7 +466,7 @@ def test_report_fed_engine_includes_the_consumers_time(away, back):
     rows = {e["name"]: e for e in r["engines"]}
     assert rows["e1"]["drained_s"] == 70.0
     assert rows["e1"]["overhead_s"] == 75.0  # 10 + (70 - 5)
-    # Only the fed engine's numbers change.
+    # Only the consumers' engine's numbers change.
     assert (rows["e2"]["drained_s"], rows["e2"]["overhead_s"]) == (3.0, 7.0)
 
 
@@ -560,21 +561,21 @@ def test_report_line_needs_a_dict(report):
 
 def test_consumers_left_on_the_fallback_come_back_to_a_healthy_engine_that_does_not_restart():
     p = rp.plan([E1], {"e1": v("healthy")}, consumer_url=URL1, fallback_url=FALLBACK, consumers_at=[FALLBACK])
-    assert p["back"] is True and p["fed"] is None and p["hosts"] == []
+    assert p["back"] is True and p["consumers_engine"] is None and p["hosts"] == []
     assert p["left"] == ["the consumers are on %s (a run stopped before it brought them back): they come back to "
                          "e1, which serves (healthy)" % FALLBACK]
 
 
 def test_consumers_left_away_come_back_after_their_engine_restarts():
     p = rp.plan([E1], {"e1": v("down")}, consumer_url=URL1, fallback_url=FALLBACK, consumers_at=[FALLBACK, URL1])
-    assert p["back"] is False and p["fed"]["name"] == "e1"
+    assert p["back"] is False and p["consumers_engine"]["name"] == "e1"
     assert p["left"] == ["the consumers are on %s (a run stopped before it brought them back): they come back "
                          "once e1 restarted" % FALLBACK]
 
 
 def test_consumers_left_away_come_back_to_an_engine_that_serves_but_reads_inconclusive():
     p = rp.plan([E1], {"e1": v("inconclusive")}, consumer_url=URL1, fallback_url=FALLBACK, consumers_at=[FALLBACK])
-    assert p["back"] is True and p["fed"] is None
+    assert p["back"] is True and p["consumers_engine"] is None
 
 
 @pytest.mark.parametrize("at", [None, [], [URL1], [URL1 + "/"], [""]])
@@ -691,7 +692,7 @@ def test_timings_need_every_moment(marks, boot, missing):
 
 
 def test_report_turns_the_moments_into_the_figures():
-    """engine.yml records the moments; the report holds the figures, and the fed engine's drained time
+    """engine.yml records the moments; the report holds the figures, and the consumers' engine's drained time
     still includes the consumers' time away."""
     p = _direct_plan()
     results = {"e2": {"outcome": "restarted", "marks": MARKS, "engine_boot_s": "35.04"},
