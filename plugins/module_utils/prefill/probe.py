@@ -32,13 +32,12 @@ from ansible.module_utils.prefill.decision import (
     GROUP_SIZE,
     PASSIVE_PREFILLS,
     Baseline,
-    MetricsSnapshot,
-    PrefillError,
     comparable,
     decide,
-    passive_window,
     threshold,
 )
+from ansible.module_utils.prefill.errors import PrefillError
+from ansible.module_utils.prefill.metrics import MetricsSnapshot, passive_window
 
 
 def _now() -> str:
