@@ -44,7 +44,7 @@ options:
   prompt_tokens:
     description: Prompt length of every sample, counted with the engine's C(/tokenize); 16 to 16777216.
     type: int
-    default: 1024
+    default: 4096
   baseline_path:
     description: The baseline file on this host.
     type: path
@@ -229,14 +229,16 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.host.systemd import active_since, parse_show
 from ansible.module_utils.prefill.client import EngineClient
 from ansible.module_utils.prefill.decision import (
+    FLOOR,
     MAX_BASELINE,
     MAX_GROUPS,
     MAX_PROMPT_TOKENS,
     MIN_GROUPS,
-    PrefillError,
+    PROMPT_TOKENS,
     baseline_from_json,
     baseline_to_json,
 )
+from ansible.module_utils.prefill.errors import PrefillError
 from ansible.module_utils.prefill.probe import keep_baseline, probe, record
 from ansible.module_utils.shared.numeric import shown
 
@@ -244,7 +246,7 @@ ARGUMENT_SPEC = dict(
     url=dict(type="str", required=True),
     model=dict(type="str", required=True),
     mode=dict(type="str", choices=["probe", "baseline"], default="probe"),
-    prompt_tokens=dict(type="int", default=1024),
+    prompt_tokens=dict(type="int", default=PROMPT_TOKENS),
     baseline_path=dict(type="path", required=True),
     groups=dict(type="int", default=2),
     window=dict(type="float", default=5.0),
@@ -252,7 +254,7 @@ ARGUMENT_SPEC = dict(
     timeout=dict(type="float", default=20.0),
     unit=dict(type="str"),
     refresh=dict(type="bool", default=False),
-    threshold_floor=dict(type="float", default=1.12),
+    threshold_floor=dict(type="float", default=FLOOR),
     api_key=dict(type="str", no_log=True),
 )
 

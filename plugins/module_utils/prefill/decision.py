@@ -64,6 +64,10 @@ PASSIVE_PREFILLS = 4
 MAX_BASELINE = 1 << 20
 # Past any served model's context (10M tokens at most): a larger count is garbage.
 MAX_PROMPT_TOKENS = 1 << 24
+# The probe's prompt length when none is given: the default of the role
+# variable vllm_fleet_probe_prompt_tokens, which the playbooks pass (a test
+# holds the two equal, as FLOOR and vllm_fleet_prefill_threshold_floor).
+PROMPT_TOKENS = 4096
 
 SCHEMA = 1
 UNITS = ("seconds_per_token", "ttft_seconds")
