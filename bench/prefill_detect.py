@@ -352,7 +352,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("replay", help="replay a recorded file through the rule at each floor (no engine)")
     p.add_argument("file")
     p.add_argument("--floor", type=float, default=prefill.FLOOR)
-    p.add_argument("--floors", type=float, nargs="*", default=[1.12, 1.2, 1.3, 1.4, 1.5, 1.6, 1.8])
+    p.add_argument("--floors", type=float, nargs="*", default=[prefill.FLOOR, 1.2, 1.3, 1.4, 1.5, 1.6, 1.8])
     p.add_argument("--all-pairs", action="store_true",
                    help="also any two groups as the baseline (every combination: slow, minutes for 150 runs)")
     d = sub.add_parser("detect", parents=[target], help="the lab only: detection under the slow-prefill knob")

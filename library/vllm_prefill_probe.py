@@ -44,7 +44,7 @@ options:
   prompt_tokens:
     description: Prompt length of every sample, counted with the engine's C(/tokenize); 16 to 16777216.
     type: int
-    default: 1024
+    default: 4096
   baseline_path:
     description: The baseline file on this host.
     type: path
@@ -221,7 +221,6 @@ baseline:
   type: dict
 """
 
-import datetime
 import json
 import os
 import time
@@ -230,22 +229,24 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.host.systemd import active_since, parse_show
 from ansible.module_utils.prefill.client import EngineClient
 from ansible.module_utils.prefill.decision import (
+    FLOOR,
     MAX_BASELINE,
     MAX_GROUPS,
     MAX_PROMPT_TOKENS,
     MIN_GROUPS,
-    PrefillError,
+    PROMPT_TOKENS,
     baseline_from_json,
     baseline_to_json,
 )
-from ansible.module_utils.prefill.probe import probe, record
+from ansible.module_utils.prefill.errors import PrefillError
+from ansible.module_utils.prefill.probe import keep_baseline, probe, record
 from ansible.module_utils.shared.numeric import shown
 
 ARGUMENT_SPEC = dict(
     url=dict(type="str", required=True),
     model=dict(type="str", required=True),
     mode=dict(type="str", choices=["probe", "baseline"], default="probe"),
-    prompt_tokens=dict(type="int", default=1024),
+    prompt_tokens=dict(type="int", default=PROMPT_TOKENS),
     baseline_path=dict(type="path", required=True),
     groups=dict(type="int", default=2),
     window=dict(type="float", default=5.0),
@@ -253,7 +254,7 @@ ARGUMENT_SPEC = dict(
     timeout=dict(type="float", default=20.0),
     unit=dict(type="str"),
     refresh=dict(type="bool", default=False),
-    threshold_floor=dict(type="float", default=1.12),
+    threshold_floor=dict(type="float", default=FLOOR),
     api_key=dict(type="str", no_log=True),
 )
 
@@ -298,10 +299,6 @@ def _load(path):
         return None, "baseline %s is unreadable: %s" % (path, exc.strerror or exc)
 
 
-def _epoch(iso):
-    return datetime.datetime.fromisoformat(iso).timestamp()
-
-
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     _check(module)
@@ -316,19 +313,14 @@ def main():
         with EngineClient(p["url"], timeout=p["timeout"], api_key=p["api_key"]) as client:
             if p["mode"] == "probe":
                 result = probe(client, p["model"], p["prompt_tokens"], baseline, p["window"], p["timeout"],
-                               p["threshold_floor"], p["window_max"])
-                if baseline is None and result["verdict"] == "inconclusive" and "no baseline" in result["reason"]:
-                    result["reason"] = why
+                               p["threshold_floor"], p["window_max"], missing=why)
                 module.exit_json(**dict(common, **result))
-            fresh = (baseline is not None and started is not None and not p["refresh"]
-                     and _epoch(baseline.recorded_at) >= started
-                     and baseline.model == p["model"] and baseline.prompt_tokens == p["prompt_tokens"])
-            if fresh:
-                module.exit_json(**dict(common, verdict="kept", reason=(
-                    "baseline from %s was recorded since the engine's start" % baseline.recorded_at)))
+            keep = keep_baseline(baseline, started, p["model"], p["prompt_tokens"], p["refresh"], missing=why)
+            if keep.keep:
+                module.exit_json(**dict(common, verdict="kept", reason=keep.reason))
             if module.check_mode:
                 module.exit_json(**dict(common, changed=True, verdict="recorded",
-                                        reason="check mode: a baseline would be recorded (%s)" % (why or "stale")))
+                                        reason="check mode: a baseline would be recorded (%s)" % keep.reason))
             new, result = record(client, p["model"], p["prompt_tokens"], p["groups"], p["timeout"],
                                  p["threshold_floor"])
             if new is None:

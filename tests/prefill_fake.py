@@ -27,7 +27,7 @@ import socket
 import threading
 from pathlib import Path
 
-from ansible.module_utils.prefill.decision import METRICS, WAITING_BY_REASON, parse_metrics
+from ansible.module_utils.prefill.metrics import METRICS, WAITING_BY_REASON, parse_metrics
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "prefill"
 IDLE = (FIXTURES / "metrics-idle.txt").read_text()

@@ -17,11 +17,11 @@ from ansible.module_utils.prefill.decision import (
     FLOOR,
     MIN_GROUPS,
     Baseline,
-    PrefillError,
     check_samples,
     decide,
     threshold,
 )
+from ansible.module_utils.prefill.errors import PrefillError
 
 
 def false_positive_bound(n_clean: int, confidence: float = 0.95) -> float:

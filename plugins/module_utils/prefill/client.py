@@ -27,7 +27,9 @@ import time
 import typing as t
 from urllib.parse import urlsplit
 
-from ansible.module_utils.prefill.decision import MAX_PROMPT_TOKENS, MetricsSnapshot, PrefillError, parse_metrics
+from ansible.module_utils.prefill.decision import MAX_PROMPT_TOKENS
+from ansible.module_utils.prefill.errors import PrefillError
+from ansible.module_utils.prefill.metrics import MetricsSnapshot, parse_metrics
 
 # Words whose token counts are stable under any BPE: the prompt is built from
 # these, counted with the engine's /tokenize, and trimmed to the length asked.

@@ -18,10 +18,14 @@ are ``decision.decide`` and ``decision.threshold``. Order of one probe:
    within ``timeout`` while ``/health`` is 200: ``answered`` is false.
 4. Two samples, then two more only if ``decide`` asks. Each is checked quiet
    on both sides; one that is not makes the verdict ``inconclusive``.
+
+``keep_baseline`` says whether a baseline already on the host is kept
+instead of recording a new one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import time
 import typing as t
@@ -32,13 +36,12 @@ from ansible.module_utils.prefill.decision import (
     GROUP_SIZE,
     PASSIVE_PREFILLS,
     Baseline,
-    MetricsSnapshot,
-    PrefillError,
     comparable,
     decide,
-    passive_window,
     threshold,
 )
+from ansible.module_utils.prefill.errors import PrefillError
+from ansible.module_utils.prefill.metrics import MetricsSnapshot, passive_window
 
 
 def _now() -> str:
@@ -121,8 +124,12 @@ def _start(client: EngineClient) -> t.Tuple[t.Optional[dict], t.Optional[Metrics
 
 def probe(client: EngineClient, model: str, prompt_tokens: int, baseline: t.Optional[Baseline],
           window: float = 5.0, timeout: float = 20.0, floor: float = FLOOR,
-          window_max: t.Optional[float] = None) -> dict:
-    """One verdict for one engine, from at most 4 samples after a warm-up."""
+          window_max: t.Optional[float] = None, missing: str = "") -> dict:
+    """One verdict for one engine, from at most 4 samples after a warm-up.
+
+    ``missing``, when there is no baseline, says why (where it was looked for,
+    what was wrong with it); the verdict's reason is then that.
+    """
     done, first = _start(client)
     if done is not None:
         return done
@@ -152,7 +159,7 @@ def probe(client: EngineClient, model: str, prompt_tokens: int, baseline: t.Opti
     result["answered"] = True
     if baseline is None:
         verdict = decide(None)
-        return dict(result, verdict=verdict.verdict, reason=verdict.reason)
+        return dict(result, verdict=verdict.verdict, reason=missing or verdict.reason)
     limit = threshold(baseline, floor=floor)
     samples = []
     try:
@@ -231,3 +238,24 @@ def record(client: EngineClient, model: str, prompt_tokens: int, groups: int = 2
     return baseline, dict(result, answered=True, samples=[s.as_dict() for s in samples],
                           threshold=limit.value, noise=limit.noise, reference=limit.reference,
                           too_noisy=limit.too_noisy, reason=limit.reason)
+
+
+@dataclasses.dataclass(frozen=True)
+class Keep:
+    """Whether ``mode=baseline`` keeps the baseline it found; ``reason`` says why, or why not."""
+
+    keep: bool
+    reason: str
+
+
+def keep_baseline(baseline: t.Optional[Baseline], started: t.Optional[float], model: str, prompt_tokens: int,
+                  refresh: bool = False, missing: str = "") -> Keep:
+    """Keep ``baseline`` when it was recorded since the unit's start (``started``,
+    epoch seconds; None when unknown), for this model and prompt length, and no
+    refresh was asked. ``missing`` says why there is no baseline, when there is none.
+    """
+    if (baseline is not None and started is not None and not refresh
+            and datetime.datetime.fromisoformat(baseline.recorded_at).timestamp() >= started
+            and baseline.model == model and baseline.prompt_tokens == prompt_tokens):
+        return Keep(True, "baseline from %s was recorded since the engine's start" % baseline.recorded_at)
+    return Keep(False, missing or "stale")

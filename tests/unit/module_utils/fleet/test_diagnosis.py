@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from ansible.module_utils.fleet import diagnosis as d
-from ansible.module_utils.prefill.decision import parse_metrics
+from ansible.module_utils.prefill.metrics import parse_metrics
 from filter_plugins import load_filters
 
 # Loaded before ansible.errors is imported here: load_filters keeps the controller flag as it was.

@@ -13,7 +13,8 @@ import re
 
 import pytest
 from ansible.module_utils.prefill import client as pc
-from ansible.module_utils.prefill.decision import PrefillError, parse_metrics
+from ansible.module_utils.prefill.errors import PrefillError
+from ansible.module_utils.prefill.metrics import parse_metrics
 from prefill_fake import IDLE, MODEL, PER_TOKEN, VERSION, FakeVllm, closed_port
 
 

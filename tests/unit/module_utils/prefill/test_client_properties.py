@@ -27,7 +27,9 @@ import time
 import pytest
 from ansible.module_utils.prefill import client as pc
 from ansible.module_utils.prefill import probe as prefill_probe
-from ansible.module_utils.prefill.decision import MAX_PROMPT_TOKENS, PrefillError, parse_metrics
+from ansible.module_utils.prefill.decision import MAX_PROMPT_TOKENS
+from ansible.module_utils.prefill.errors import PrefillError
+from ansible.module_utils.prefill.metrics import parse_metrics
 from hostile import HUGE_NUMBER, NOISE, any_text, assert_numbers_from, mutated, nested, raises_only
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -14,7 +14,7 @@ import pytest
 from ansible.module_utils.fleet import diagnosis
 from ansible.module_utils.prefill import client as pc
 from ansible.module_utils.prefill.decision import FLOOR, GROUP_SIZE, PASSIVE_PREFILLS, Baseline
-from ansible.module_utils.prefill.probe import probe, record
+from ansible.module_utils.prefill.probe import Keep, keep_baseline, probe, record
 from prefill_fake import MODEL, PER_TOKEN, VERSION, FakeVllm, closed_port
 
 TOKENS = 32
@@ -268,6 +268,50 @@ def test_no_baseline(fake, client):
     assert "no baseline" in r["reason"]
     assert len(fake.completions) == 1  # the warm-up shows the engine answers
     assert r["samples"] == [] and r["ratio"] is None
+
+
+def test_no_baseline_says_why_it_is_missing(fake, client):
+    why = "no baseline at /x.json: it is recorded right after a verified start"
+    r = probe(client, MODEL, TOKENS, None, window=WINDOW, missing=why)
+    assert (r["verdict"], r["reason"]) == ("inconclusive", why)
+
+
+def test_why_it_is_missing_never_hides_busy(fake, client):
+    fake.running = 1.0
+    r = probe(client, MODEL, TOKENS, None, window=WINDOW, missing="no baseline at /x.json")
+    assert r["verdict"] == "inconclusive" and r["reason"].startswith("busy:")
+
+
+def test_a_baseline_present_ignores_why_one_would_be_missing(fake, client):
+    r = run(client, missing="no baseline at /x.json")
+    assert r["verdict"] == "healthy" and "no baseline" not in r["reason"]
+
+
+# --- keep_baseline: mode=baseline keeps one recorded since the start ---------------------------
+
+RECORDED = "2026-12-01T03:30:00+00:00"
+RECORDED_AT = datetime.datetime.fromisoformat(RECORDED).timestamp()
+
+
+@pytest.mark.parametrize("started, kw, keep, reason", [
+    (RECORDED_AT, {}, True, "baseline from %s was recorded since the engine's start" % RECORDED),
+    (RECORDED_AT - 60, {}, True, "baseline from %s was recorded since the engine's start" % RECORDED),
+    (RECORDED_AT + 1, {}, False, "stale"),                          # the engine restarted since
+    (None, {}, False, "stale"),                                     # no unit: never kept
+    (RECORDED_AT, {"refresh": True}, False, "stale"),
+    (RECORDED_AT, {"model": "other"}, False, "stale"),
+    (RECORDED_AT, {"prompt_tokens": TOKENS * 2}, False, "stale"),
+])
+def test_keep_baseline(started, kw, keep, reason):
+    args = dict(model=MODEL, prompt_tokens=TOKENS, refresh=False)
+    args.update(kw)
+    assert keep_baseline(baseline(recorded_at=RECORDED), started, **args) == Keep(keep, reason)
+
+
+def test_keep_baseline_without_one_says_why():
+    assert keep_baseline(None, RECORDED_AT, MODEL, TOKENS, missing="no baseline at /x.json") == Keep(
+        False, "no baseline at /x.json")
+    assert keep_baseline(None, RECORDED_AT, MODEL, TOKENS) == Keep(False, "stale")
 
 
 @pytest.mark.parametrize("kw, reason", [
