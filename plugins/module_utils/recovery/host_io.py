@@ -23,6 +23,18 @@ from .config import MODES, Config, ConfigError, load_config
 from .loop import Host, Recovery
 
 
+def _knock(address: str, port: int) -> str:
+    """A TCP connection to the port: "open", "refused" (the host's kernel answered), or
+    "silent" (a timeout, no route: nothing answered)."""
+    try:
+        with socket.create_connection((address, port), timeout=2):
+            return "open"
+    except ConnectionRefusedError:
+        return "refused"
+    except OSError:
+        return "silent"
+
+
 class HostIO(Host):
     """The real host: systemctl, sockets, urllib, the engine's venv for Ray."""
 
@@ -67,20 +79,10 @@ class HostIO(Host):
 
     def answers(self, address: str, port: int) -> bool:
         """The host is up: a connection, or a refusal (its kernel answered)."""
-        try:
-            with socket.create_connection((address, port), timeout=2):
-                return True
-        except ConnectionRefusedError:
-            return True
-        except OSError:
-            return False
+        return _knock(address, port) != "silent"
 
     def listens(self, address: str, port: int) -> bool:
-        try:
-            with socket.create_connection((address, port), timeout=2):
-                return True
-        except OSError:
-            return False
+        return _knock(address, port) == "open"
 
     def health(self, url: str) -> int | None:
         try:

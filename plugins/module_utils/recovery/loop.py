@@ -9,27 +9,9 @@ from __future__ import annotations
 
 import json
 
+from . import decide as act  # the actions decide() answers: act.DONE, act.START_RAY, ...
 from .config import IDLE, RAY_STARTED, VLLM_STARTED, Config, State
-from .decide import (
-    DEAD,
-    DEFER,
-    DONE,
-    FAIL_ATTEMPT,
-    GIVE_UP,
-    PROBE_NODES,
-    RECORD_NODES,
-    RECOVER,
-    REJOIN,
-    RESTART,
-    START_OWN,
-    START_RAY,
-    START_VLLM,
-    WAIT,
-    Decision,
-    Observation,
-    backoff,
-    decide,
-)
+from .decide import DEAD, Decision, Observation, backoff, decide
 
 
 class Host:
@@ -104,7 +86,7 @@ class Recovery:
         now = self.host.now()
         line = f"{decision.action}: {decision.reason}"
         # A wait repeats its line at most every progress_s (the journal's progress).
-        if force or decision.action != WAIT or now - self._last_line_at >= self.cfg.progress_s \
+        if force or decision.action != act.WAIT or now - self._last_line_at >= self.cfg.progress_s \
                 or line.split("(")[0] != self._last_line.split("(")[0]:
             self.host.log(f"engine {self.cfg.engine}: {line}")
             self._last_line, self._last_line_at = line, now
@@ -137,42 +119,42 @@ class Recovery:
                 self._watch_head(ob)
             d = decide(self.cfg, self.st, ob, "boot" if self.mode == "boot" else "check")
             probe = False
-            if d.action == PROBE_NODES:
+            if d.action == act.PROBE_NODES:
                 probe = True
                 continue
             if self.mode == "check":
                 return self._check_step(ob, d)
-            if d.action == DEFER:
+            if d.action == act.DEFER:
                 # The playbook owns the units now: whatever this run started is its to converge.
                 self._phase(IDLE)
                 self.st.waiting_since = self.host.now()
-            elif d.action == FAIL_ATTEMPT:
+            elif d.action == act.FAIL_ATTEMPT:
                 self._fail(d.reason)
-            elif d.action == START_RAY:
+            elif d.action == act.START_RAY:
                 self.st.attempts += 1
                 self.host.start(self.cfg.ray_unit)
                 self._phase(RAY_STARTED)
-            elif d.action == START_VLLM:
+            elif d.action == act.START_VLLM:
                 if self.st.phase == IDLE:
                     self.st.attempts += 1
                 self.host.start(self.cfg.vllm_unit)
                 self._phase(VLLM_STARTED)
-            elif d.action == START_OWN:
+            elif d.action == act.START_OWN:
                 self.st.attempts += 1
                 self.host.start(self.cfg.own_unit)
                 self._phase(VLLM_STARTED)
-            elif d.action == REJOIN:
+            elif d.action == act.REJOIN:
                 self.st.attempts += 1
                 self.st.head_seen_dead, self.st.head_down_at = False, 0.0
                 self.host.stop(self.cfg.own_unit)
                 self.host.start(self.cfg.own_unit)
                 self._phase(VLLM_STARTED)
-            elif d.action == DONE:
+            elif d.action == act.DONE:
                 self._served(ob)
                 self.say(d, force=True)
                 self.record(d)
                 return 0
-            elif d.action == GIVE_UP:
+            elif d.action == act.GIVE_UP:
                 self.st.gave_up = True
                 self.st.peers_overdue = "did not answer within" in d.reason and self.cfg.role == "head"
                 self.say(d, force=True)
@@ -180,9 +162,9 @@ class Recovery:
                 return 1
             self.say(d)
             self.record(d)
-            if d.action in (WAIT, DEFER):
+            if d.action in (act.WAIT, act.DEFER):
                 self.host.sleep(max(d.wait_s, 0.1))
-            elif self.cfg.role == "worker" and d.action == START_OWN:
+            elif self.cfg.role == "worker" and d.action == act.START_OWN:
                 self.host.sleep(self.cfg.poll_s)
 
     def _watch_head(self, ob: Observation) -> None:
@@ -208,18 +190,18 @@ class Recovery:
             # Ray was asked: ask again later, less often while nothing changes.
             st.probe_interval_s = min(max(st.probe_interval_s * 2, cfg.check_interval_s), cfg.probe_max_interval_s)
             st.probe_next_at = ob.now + st.probe_interval_s
-        if d.action == RECORD_NODES:
+        if d.action == act.RECORD_NODES:
             nodes = self.host.ray_nodes(cfg)
             if nodes and all(ip in nodes for ip in cfg.peers_all):
                 st.engine_invocation, st.engine_nodes = ob.vllm_invocation, {ip: nodes[ip] for ip in cfg.peers_all}
-                d = Decision(DONE, f"the engine serves; recorded its {len(nodes)} Ray node(s)")
+                d = Decision(act.DONE, f"the engine serves; recorded its {len(nodes)} Ray node(s)")
             else:
-                d = Decision(DONE, "the engine serves; Ray did not list every node: recording next time")
+                d = Decision(act.DONE, "the engine serves; Ray did not list every node: recording next time")
             self._served(ob)
-        elif d.action in (RESTART, RECOVER):
+        elif d.action in (act.RESTART, act.RECOVER):
             self.say(d, force=True)
             self.record(d)
-            if d.action == RESTART:
+            if d.action == act.RESTART:
                 # The whole group, in order: vLLM, then Ray; the workers' Ray nodes
                 # follow the head's (their check), and the boot procedure takes it from here.
                 self.host.stop(cfg.vllm_unit)
@@ -227,19 +209,19 @@ class Recovery:
             boot = Recovery(self.host, cfg, "boot")
             boot.st = st
             return boot.run()
-        elif d.action == START_OWN:
+        elif d.action == act.START_OWN:
             st.attempts += 1
             self.host.start(cfg.own_unit)
             self._phase(VLLM_STARTED)
-        elif d.action == FAIL_ATTEMPT:
+        elif d.action == act.FAIL_ATTEMPT:
             self._fail(d.reason)
-        elif d.action == DONE and ob.health == 200:
+        elif d.action == act.DONE and ob.health == 200:
             self._served(ob)
-        elif d.action == GIVE_UP:
+        elif d.action == act.GIVE_UP:
             st.gave_up = True
-        quiet = d.action == DONE and d.reason == self.st.last_reason
+        quiet = d.action == act.DONE and d.reason == self.st.last_reason
         if not quiet:
             self.say(d, force=True)
         self.record(d)
-        return 1 if d.action == GIVE_UP else 0
+        return 1 if d.action == act.GIVE_UP else 0
 
