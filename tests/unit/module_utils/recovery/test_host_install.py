@@ -38,6 +38,13 @@ def test_every_recovery_file_ships():
     assert set(package) <= set(VARS["_engine_recovery_libs"])
 
 
+def test_every_folder_ships_as_a_package():
+    """A folder without its __init__.py would be a namespace package on the host, which a
+    module of the same name elsewhere on the host's path would shadow."""
+    folders = {str(Path(lib).parent) for lib in VARS["_engine_recovery_libs"]}
+    assert {f"{folder}/__init__.py" for folder in folders} <= set(VARS["_engine_recovery_libs"])
+
+
 @pytest.fixture
 def host(tmp_path):
     """A lib dir and a runner laid out as the role lays them out, the runner pointed at it."""
@@ -64,11 +71,13 @@ def test_the_installed_files_import_each_other_without_ansible(host):
     probe = (f"import sys; sys.path.insert(0, {str(lib)!r})\n"
              "import recovery.host_io as h\n"
              "assert not [m for m in sys.modules if m == 'ansible' or m.startswith('ansible.')]\n"
-             "print(h.__file__); print(h.PROBE.splitlines()[0]); print(h.main.__module__)\n")
+             "import host.ray_cluster as r\n"
+             "print(h.__file__); print(r.__file__); print(h.PROBE.splitlines()[0]); print(h.main.__module__)\n")
     proc = plain_python("-c", probe, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    path, probe_line, module = proc.stdout.splitlines()
+    path, ray_path, probe_line, module = proc.stdout.splitlines()
     assert Path(path) == lib / "recovery" / "host_io.py"
+    assert Path(ray_path) == lib / "host" / "ray_cluster.py"
     assert probe_line == "import json, sys, ray"
     assert module == "recovery.host_io"
     assert plain_python("-c", "import ansible", cwd=tmp_path).returncode != 0
