@@ -271,15 +271,7 @@ from ansible.module_utils.host.gpu_preflight import (
     tool_missing,
     validate_options,
 )
-from ansible.module_utils.host.nvidia_smi import (
-    QUERY_ARGS,
-    NvidiaSmiError,
-    NvidiaSmiFailure,
-    classify_failure,
-    merge,
-    parse_csv,
-    parse_table,
-)
+from ansible.module_utils.host.nvidia_smi import NvidiaSmiFailure, probe
 from ansible.module_utils.host.preflight_disk import check_disk_path
 from ansible.module_utils.host.preflight_gpu import (
     check_cuda_version,
@@ -352,31 +344,7 @@ def _probe_gpu(module):
             "Install the NVIDIA driver and its utilities (nvidia-smi comes with them), or set "
             "nvidia_smi to its path.",
         )
-    rc, out, err = module.run_command([smi])
-    failure = classify_failure(f"{out}\n{err}")
-    if failure is not None:
-        return None, failure
-    if rc != 0:
-        tail = " | ".join((err or out).strip().splitlines()[-2:])
-        return None, NvidiaSmiError(f"nvidia-smi exited {rc}: {tail}")
-    try:
-        table = parse_table(out)
-    except NvidiaSmiError as exc:
-        return None, exc
-    rc, out, err = module.run_command([smi] + QUERY_ARGS)
-    query = None
-    if rc == 0:
-        try:
-            query = parse_csv(out)
-        except NvidiaSmiError as exc:
-            module.warn(f"nvidia-smi's CSV query was unreadable ({exc}); GPU names and memory come from the table")
-    else:
-        why = classify_failure(f"{out}\n{err}")
-        module.warn(
-            f"nvidia-smi's CSV query failed ({why or (err or out).strip()[:200]});"
-            " GPU names and memory come from the table"
-        )
-    return merge(table, query), None
+    return probe(smi, module.run_command, module.warn)
 
 
 def _gpu_checks(module):

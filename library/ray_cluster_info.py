@@ -133,7 +133,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ray_cluster import POLL_S, PROBE, RayProbeError, parse_probe_output, verdict
+from ansible.module_utils.host.ray_cluster import POLL_S, PROBE, RayProbeError, parse_probe_output, verdict
 from ansible.module_utils.shared.numeric import finite, shown
 from ansible.module_utils.shared.polling import MAX_WAIT_S, PollArgumentError, Poller, validate_poll
 

@@ -38,7 +38,7 @@ def recovery_summary(slurped):
     power-cut recovery did last ({attempts, last_action, last_reason, at, gave_up}), or None."""
     import base64
 
-    from ansible.module_utils import engine_recovery as logic
+    from ansible.module_utils.recovery import config as logic
 
     content = slurped.get("content") if isinstance(slurped, Mapping) else None
     if not isinstance(content, str):

@@ -1,8 +1,8 @@
 """Read ``nvidia-smi`` output: the default table, the CSV query, and the
 whole-output failure messages.
 
-Pure logic, no AnsibleModule: the ``gpu_preflight_info`` module runs the
-commands and hands their text here. Tested over real captured output in
+Pure logic, no AnsibleModule: :func:`probe` runs the commands through the
+``run`` that the ``gpu_preflight_info`` module hands it and reads their text. Tested over real captured output in
 ``tests/fixtures/nvidia-smi/`` (see its ``INDEX.md`` for the traps).
 
 The module runs two commands:
@@ -437,3 +437,32 @@ def merge(table: SmiReport, query: SmiReport | None) -> SmiReport:
         driver_version=table.driver_version or query.driver_version,
         cuda_version=table.cuda_version,
     )
+
+
+def probe(smi: str, run, warn) -> tuple:
+    """Run nvidia-smi at ``smi``: its table, then its CSV query for names and memory.
+    ``run(argv)`` returns (rc, stdout, stderr); ``warn(text)`` reports a query that fell
+    back to the table. Returns (report, None), or (None, the NvidiaSmiError that stopped it)."""
+    rc, out, err = run([smi])
+    failure = classify_failure(f"{out}\n{err}")
+    if failure is not None:
+        return None, failure
+    if rc != 0:
+        tail = " | ".join((err or out).strip().splitlines()[-2:])
+        return None, NvidiaSmiError(f"nvidia-smi exited {rc}: {tail}")
+    try:
+        table = parse_table(out)
+    except NvidiaSmiError as exc:
+        return None, exc
+    rc, out, err = run([smi] + QUERY_ARGS)
+    query = None
+    if rc == 0:
+        try:
+            query = parse_csv(out)
+        except NvidiaSmiError as exc:
+            warn(f"nvidia-smi's CSV query was unreadable ({exc}); GPU names and memory come from the table")
+    else:
+        why = classify_failure(f"{out}\n{err}")
+        warn(f"nvidia-smi's CSV query failed ({why or (err or out).strip()[:200]});"
+             " GPU names and memory come from the table")
+    return merge(table, query), None

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import ray_cluster_info as module
-from ansible.module_utils.ray_cluster import PROBE
+from ansible.module_utils.host.ray_cluster import PROBE
 
 REPO = Path(__file__).resolve().parents[3]
 CAPTURE = REPO / "tests" / "fixtures" / "ray" / "probe-2node-alive-lab.txt"

@@ -178,8 +178,7 @@ def test_validate_poll_raises_only_its_error(wait_s, poll_s):
 
 
 def test_the_modules_default_pauses_are_valid():
-    from ansible.module_utils import ray_cluster
-    from ansible.module_utils.host import vllm_health
+    from ansible.module_utils.host import ray_cluster, vllm_health
 
     for poll_s in (vllm_health.POLL_S, ray_cluster.POLL_S):
         assert validate_poll(0, poll_s) is None

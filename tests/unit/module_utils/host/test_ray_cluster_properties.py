@@ -1,4 +1,4 @@
-"""Property tests for plugins/module_utils/ray_cluster.py over hostile input
+"""Property tests for plugins/module_utils/host/ray_cluster.py over hostile input
 (tests/hostile.py): the probe's stdout built from the real capture
 tests/fixtures/ray/probe-2node-alive-lab.txt (see its INDEX.md) and Ray's own
 driver lines, and node tables of any JSON shape.
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import ray_cluster_info
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ray_cluster import PROBE, RayProbeError, parse_nodes, parse_probe_output, verdict
+from ansible.module_utils.host.ray_cluster import PROBE, RayProbeError, parse_nodes, parse_probe_output, verdict
 from hostile import (
     HUGE_NUMBER,
     MIB,
@@ -37,7 +37,7 @@ from hostile import (
 from hypothesis import given
 from hypothesis import strategies as st
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 PREFIX = "RAY_NODES_JSON="
 CAPTURE = (FIXTURES / "ray" / "probe-2node-alive-lab.txt").read_text().strip()
 RAW = json.loads(CAPTURE[len(PREFIX):])

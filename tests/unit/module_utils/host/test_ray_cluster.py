@@ -1,4 +1,4 @@
-"""Tests for plugins/module_utils/ray_cluster.py: the Ray probe's output and the
+"""Tests for plugins/module_utils/host/ray_cluster.py: the Ray probe's output and the
 join barrier's verdict.
 
 The node table is the real capture tests/fixtures/ray/probe-2node-alive-lab.txt
@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.ray_cluster import (
+from ansible.module_utils.host.ray_cluster import (
     PROBE,
     RayCluster,
     RayNode,
@@ -21,7 +21,7 @@ from ansible.module_utils.ray_cluster import (
     verdict,
 )
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 CAPTURE = (FIXTURES / "ray" / "probe-2node-alive-lab.txt").read_text()
 PREFIX = "RAY_NODES_JSON="
 RAW = json.loads(CAPTURE.strip()[len(PREFIX):])

@@ -1,8 +1,8 @@
-"""plugins/module_utils/engine_recovery.py: what the power-cut recovery does,
+"""plugins/module_utils/recovery/: what the power-cut recovery does,
 read as an operator would ask it: after which power cut does it start what,
 in which order, and when does it keep its hands off.
 
-decide() is table-driven here; test_engine_recovery_properties.py holds the
+decide() is table-driven here; test_recovery_properties.py holds the
 promises over any input. The loop (Recovery) runs against FakeHost, a host
 whose units, peers, Ray nodes and /health follow a scripted engine, with a
 clock that only moves when the recovery sleeps or waits."""
@@ -11,7 +11,19 @@ from __future__ import annotations
 import json
 
 import pytest
-from ansible.module_utils import engine_recovery as er
+from ansible.module_utils.recovery import decide as act
+from ansible.module_utils.recovery.config import (
+    RAY_STARTED,
+    VLLM_STARTED,
+    Config,
+    ConfigError,
+    State,
+    parse_config,
+    summary,
+)
+from ansible.module_utils.recovery.decide import Observation, backoff, decide
+from ansible.module_utils.recovery.host_io import main
+from ansible.module_utils.recovery.loop import Host, Recovery
 
 HEAD, WORKER = "10.0.0.11", "10.0.0.12"
 BASE = dict(engine="engine_a", backend="ray", vllm_unit="vllm.service", ray_unit="ray.service",
@@ -21,15 +33,15 @@ BASE = dict(engine="engine_a", backend="ray", vllm_unit="vllm.service", ray_unit
             ready_timeout_s=900, worker_wait_s=3600, poll_s=5, progress_s=30)
 
 
-def cfg(role="head", **over) -> er.Config:
+def cfg(role="head", **over) -> Config:
     raw = dict(BASE, role=role, peers=[WORKER] if role == "head" else [])
     raw.update(over)
-    return er.parse_config(raw)
+    return parse_config(raw)
 
 
-def ob(**kw) -> er.Observation:
+def ob(**kw) -> Observation:
     kw.setdefault("now", 1000.0)
-    return er.Observation(**kw)
+    return Observation(**kw)
 
 
 UP = {"vllm.service": "active", "ray.service": "active"}
@@ -41,131 +53,131 @@ DOWN = {"vllm.service": "inactive", "ray.service": "inactive"}
 # (case, role, mode, state fields, observation fields, action, words in the reason)
 CASES = [
     # Nothing acts without the marker, whatever else holds.
-    ("no marker", "head", "boot", {}, dict(wanted=False, units=DOWN), er.DONE, "not wanted"),
+    ("no marker", "head", "boot", {}, dict(wanted=False, units=DOWN), act.DONE, "not wanted"),
     ("no marker, worker check", "worker", "check", {}, dict(wanted=False, units=DOWN, rendezvous_open=True),
-     er.DONE, "not wanted"),
+     act.DONE, "not wanted"),
     # A playbook's lease: the boot run waits, the check does nothing.
     ("lease at boot", "head", "boot", {}, dict(units=DOWN, lease_until=2000.0, lease_holder="site.yml"),
-     er.DEFER, "site.yml"),
+     act.DEFER, "site.yml"),
     ("lease in a check", "head", "check", {"dead_streak": 5}, dict(units=UP, health=503, lease_until=1001.0),
-     er.DONE, "lease"),
-    ("an expired lease is no lease", "head", "boot", {}, dict(units=DOWN, lease_until=999.0), er.START_RAY,
+     act.DONE, "lease"),
+    ("an expired lease is no lease", "head", "boot", {}, dict(units=DOWN, lease_until=999.0), act.START_RAY,
      "attempt 1 of 3"),
     # Head at boot.
     ("head waits for its peers", "head", "boot", {"waiting_since": 900.0}, dict(units=DOWN, peers_down=(WORKER,)),
-     er.WAIT, "100 s of 900 s"),
+     act.WAIT, "100 s of 900 s"),
     ("head stops waiting, says why", "head", "boot", {"waiting_since": 100.0},
-     dict(units=DOWN, peers_down=(WORKER,)), er.GIVE_UP, "no partial group serves"),
-    ("head starts Ray first", "head", "boot", {}, dict(units=DOWN), er.START_RAY, "starting the Ray head"),
-    ("mp head starts vLLM", "head", "boot", {}, dict(units=DOWN), er.START_VLLM, "(mp)"),
-    ("half-up units are stopped first", "head", "boot", {}, dict(units=RAY_ONLY, health=None), er.FAIL_ATTEMPT,
+     dict(units=DOWN, peers_down=(WORKER,)), act.GIVE_UP, "no partial group serves"),
+    ("head starts Ray first", "head", "boot", {}, dict(units=DOWN), act.START_RAY, "starting the Ray head"),
+    ("mp head starts vLLM", "head", "boot", {}, dict(units=DOWN), act.START_VLLM, "(mp)"),
+    ("half-up units are stopped first", "head", "boot", {}, dict(units=RAY_ONLY, health=None), act.FAIL_ATTEMPT,
      "start in order"),
-    ("ray head asks Ray", "head", "boot", {"phase": er.RAY_STARTED, "phase_since": 990.0},
-     dict(units=RAY_ONLY), er.PROBE_NODES, "asking Ray"),
-    ("ray head waits for the join", "head", "boot", {"phase": er.RAY_STARTED, "phase_since": 990.0},
-     dict(units=RAY_ONLY, nodes_missing=(WORKER,), nodes_new=()), er.WAIT, WORKER),
-    ("join times out", "head", "boot", {"phase": er.RAY_STARTED, "phase_since": 800.0},
-     dict(units=RAY_ONLY, nodes_missing=(WORKER,), nodes_new=()), er.FAIL_ATTEMPT, "did not join within 180 s"),
-    ("every node joined: vLLM", "head", "boot", {"phase": er.RAY_STARTED, "phase_since": 990.0},
-     dict(units=RAY_ONLY, nodes_missing=(), nodes_new=()), er.START_VLLM, "every node joined"),
-    ("Ray head died while joining", "head", "boot", {"phase": er.RAY_STARTED},
-     dict(units=DOWN), er.FAIL_ATTEMPT, "Ray head's unit stopped"),
-    ("vLLM loads", "head", "boot", {"phase": er.VLLM_STARTED, "phase_since": 900.0},
-     dict(units=UP, health=None), er.WAIT, "100 s of 900 s"),
-    ("vLLM serves", "head", "boot", {"phase": er.VLLM_STARTED, "phase_since": 900.0, "attempts": 1},
-     dict(units=UP, health=200), er.DONE, "serves again"),
-    ("vLLM died while starting", "head", "boot", {"phase": er.VLLM_STARTED, "phase_since": 900.0},
-     dict(units=RAY_ONLY), er.FAIL_ATTEMPT, "stopped while starting"),
-    ("engine died while starting", "head", "boot", {"phase": er.VLLM_STARTED, "phase_since": 900.0},
-     dict(units=UP, health=503), er.FAIL_ATTEMPT, "/health 503"),
-    ("vLLM never ready", "head", "boot", {"phase": er.VLLM_STARTED, "phase_since": 0.0},
-     dict(units=UP, health=None), er.FAIL_ATTEMPT, "no /health 200 within 900 s"),
+    ("ray head asks Ray", "head", "boot", {"phase": RAY_STARTED, "phase_since": 990.0},
+     dict(units=RAY_ONLY), act.PROBE_NODES, "asking Ray"),
+    ("ray head waits for the join", "head", "boot", {"phase": RAY_STARTED, "phase_since": 990.0},
+     dict(units=RAY_ONLY, nodes_missing=(WORKER,), nodes_new=()), act.WAIT, WORKER),
+    ("join times out", "head", "boot", {"phase": RAY_STARTED, "phase_since": 800.0},
+     dict(units=RAY_ONLY, nodes_missing=(WORKER,), nodes_new=()), act.FAIL_ATTEMPT, "did not join within 180 s"),
+    ("every node joined: vLLM", "head", "boot", {"phase": RAY_STARTED, "phase_since": 990.0},
+     dict(units=RAY_ONLY, nodes_missing=(), nodes_new=()), act.START_VLLM, "every node joined"),
+    ("Ray head died while joining", "head", "boot", {"phase": RAY_STARTED},
+     dict(units=DOWN), act.FAIL_ATTEMPT, "Ray head's unit stopped"),
+    ("vLLM loads", "head", "boot", {"phase": VLLM_STARTED, "phase_since": 900.0},
+     dict(units=UP, health=None), act.WAIT, "100 s of 900 s"),
+    ("vLLM serves", "head", "boot", {"phase": VLLM_STARTED, "phase_since": 900.0, "attempts": 1},
+     dict(units=UP, health=200), act.DONE, "serves again"),
+    ("vLLM died while starting", "head", "boot", {"phase": VLLM_STARTED, "phase_since": 900.0},
+     dict(units=RAY_ONLY), act.FAIL_ATTEMPT, "stopped while starting"),
+    ("engine died while starting", "head", "boot", {"phase": VLLM_STARTED, "phase_since": 900.0},
+     dict(units=UP, health=503), act.FAIL_ATTEMPT, "/health 503"),
+    ("vLLM never ready", "head", "boot", {"phase": VLLM_STARTED, "phase_since": 0.0},
+     dict(units=UP, health=None), act.FAIL_ATTEMPT, "no /health 200 within 900 s"),
     ("backing off", "head", "boot", {"attempts": 1, "next_attempt_at": 1020.0, "last_failure": "x"},
-     dict(units=DOWN), er.WAIT, "backing off 20 s"),
+     dict(units=DOWN), act.WAIT, "backing off 20 s"),
     ("out of attempts", "head", "boot", {"attempts": 3, "last_failure": "nodes did not join"},
-     dict(units=DOWN), er.GIVE_UP, "gave up after 3 attempt(s): nodes did not join"),
-    ("already serving at boot (a playbook ran)", "head", "boot", {}, dict(units=UP, health=200), er.DONE,
+     dict(units=DOWN), act.GIVE_UP, "gave up after 3 attempt(s): nodes did not join"),
+    ("already serving at boot (a playbook ran)", "head", "boot", {}, dict(units=UP, health=200), act.DONE,
      "serves"),
     # Worker at boot.
-    ("worker waits for the head", "worker", "boot", {"waiting_since": 990.0}, dict(units=DOWN), er.WAIT,
+    ("worker waits for the head", "worker", "boot", {"waiting_since": 990.0}, dict(units=DOWN), act.WAIT,
      f"{HEAD}:6379"),
-    ("worker joins", "worker", "boot", {}, dict(units=DOWN, rendezvous_open=True), er.START_OWN,
+    ("worker joins", "worker", "boot", {}, dict(units=DOWN, rendezvous_open=True), act.START_OWN,
      "starting ray.service"),
     ("mp worker joins at the master port", "worker", "boot", {}, dict(units=DOWN, rendezvous_open=True),
-     er.START_OWN, "29555"),
-    ("worker stays until the head serves", "worker", "boot", {"phase": er.VLLM_STARTED},
-     dict(units=RAY_ONLY, rendezvous_open=True), er.WAIT, "waiting for the head to serve"),
-    ("worker's unit died, the head's vLLM up: a failed attempt", "worker", "boot", {"phase": er.VLLM_STARTED},
-     dict(units=DOWN, rendezvous_open=True, api_open=True), er.FAIL_ATTEMPT, "ray.service stopped"),
-    ("worker's unit died, the head gone: a failed attempt", "worker", "boot", {"phase": er.VLLM_STARTED},
-     dict(units=DOWN), er.FAIL_ATTEMPT, "ray.service stopped"),
+     act.START_OWN, "29555"),
+    ("worker stays until the head serves", "worker", "boot", {"phase": VLLM_STARTED},
+     dict(units=RAY_ONLY, rendezvous_open=True), act.WAIT, "waiting for the head to serve"),
+    ("worker's unit died, the head's vLLM up: a failed attempt", "worker", "boot", {"phase": VLLM_STARTED},
+     dict(units=DOWN, rendezvous_open=True, api_open=True), act.FAIL_ATTEMPT, "ray.service stopped"),
+    ("worker's unit died, the head gone: a failed attempt", "worker", "boot", {"phase": VLLM_STARTED},
+     dict(units=DOWN), act.FAIL_ATTEMPT, "ray.service stopped"),
     ("worker's node dropped by the head's Ray restart: joins again at once", "worker", "boot",
-     {"phase": er.VLLM_STARTED, "attempts": 1}, dict(units=DOWN, rendezvous_open=True), er.START_OWN,
+     {"phase": VLLM_STARTED, "attempts": 1}, dict(units=DOWN, rendezvous_open=True), act.START_OWN,
      "attempt 2 of 3, starting ray.service again"),
-    ("the same in a check", "worker", "check", {"phase": er.VLLM_STARTED, "attempts": 1},
-     dict(units=DOWN, rendezvous_open=True), er.START_OWN, "the head waits for its nodes"),
+    ("the same in a check", "worker", "check", {"phase": VLLM_STARTED, "attempts": 1},
+     dict(units=DOWN, rendezvous_open=True), act.START_OWN, "the head waits for its nodes"),
     ("the head restarts its dead engine: rejoin its new Ray", "worker", "boot",
-     {"phase": er.VLLM_STARTED, "attempts": 1, "head_seen_dead": True, "head_down_at": 990.0},
-     dict(units=RAY_ONLY, rendezvous_open=True), er.REJOIN, "attempt 2 of 3, restarting ray.service"),
+     {"phase": VLLM_STARTED, "attempts": 1, "head_seen_dead": True, "head_down_at": 990.0},
+     dict(units=RAY_ONLY, rendezvous_open=True), act.REJOIN, "attempt 2 of 3, restarting ray.service"),
     ("not in the same poll as its API closed: the old Ray may still run", "worker", "boot",
-     {"phase": er.VLLM_STARTED, "attempts": 1, "head_seen_dead": True, "head_down_at": 998.0},
-     dict(units=RAY_ONLY, rendezvous_open=True), er.WAIT, "waiting for its new Ray head"),
+     {"phase": VLLM_STARTED, "attempts": 1, "head_seen_dead": True, "head_down_at": 998.0},
+     dict(units=RAY_ONLY, rendezvous_open=True), act.WAIT, "waiting for its new Ray head"),
     ("nor before its Ray answers", "worker", "boot",
-     {"phase": er.VLLM_STARTED, "attempts": 1, "head_seen_dead": True, "head_down_at": 900.0},
-     dict(units=RAY_ONLY), er.WAIT, "waiting for its new Ray head"),
+     {"phase": VLLM_STARTED, "attempts": 1, "head_seen_dead": True, "head_down_at": 900.0},
+     dict(units=RAY_ONLY), act.WAIT, "waiting for its new Ray head"),
     ("no rejoin past the attempts", "worker", "boot",
-     {"phase": er.VLLM_STARTED, "attempts": 3, "head_seen_dead": True, "head_down_at": 900.0},
-     dict(units=RAY_ONLY, rendezvous_open=True), er.WAIT, "ray.service runs; waiting for the head to serve"),
-    ("no rejoin past the attempts", "worker", "boot", {"phase": er.VLLM_STARTED, "attempts": 3},
-     dict(units=DOWN, rendezvous_open=True), er.FAIL_ATTEMPT, "ray.service stopped"),
-    ("worker done once the head serves", "worker", "boot", {"phase": er.VLLM_STARTED},
-     dict(units=RAY_ONLY, health=200), er.DONE, "serves"),
+     {"phase": VLLM_STARTED, "attempts": 3, "head_seen_dead": True, "head_down_at": 900.0},
+     dict(units=RAY_ONLY, rendezvous_open=True), act.WAIT, "ray.service runs; waiting for the head to serve"),
+    ("no rejoin past the attempts", "worker", "boot", {"phase": VLLM_STARTED, "attempts": 3},
+     dict(units=DOWN, rendezvous_open=True), act.FAIL_ATTEMPT, "ray.service stopped"),
+    ("worker done once the head serves", "worker", "boot", {"phase": VLLM_STARTED},
+     dict(units=RAY_ONLY, health=200), act.DONE, "serves"),
     ("worker gives up after its wait", "worker", "boot", {"waiting_since": -3000.0}, dict(units=DOWN),
-     er.GIVE_UP, "did not serve within 3600 s"),
+     act.GIVE_UP, "did not serve within 3600 s"),
     # Worker's check: only while the head holds its join barrier.
     ("worker check: the head waits for its nodes", "worker", "check", {},
-     dict(units=DOWN, rendezvous_open=True, api_open=False), er.START_OWN, "the head waits for its nodes"),
+     dict(units=DOWN, rendezvous_open=True, api_open=False), act.START_OWN, "the head waits for its nodes"),
     ("worker check: lab kill -9, the head's vLLM runs (503)", "worker", "check", {},
-     dict(units=DOWN, rendezvous_open=True, api_open=True, health=503), er.DONE, "not a recovery"),
-    ("worker check: head down", "worker", "check", {}, dict(units=DOWN), er.DONE, "nothing to join"),
-    ("worker check: its unit runs", "worker", "check", {}, dict(units=RAY_ONLY), er.DONE, "runs"),
+     dict(units=DOWN, rendezvous_open=True, api_open=True, health=503), act.DONE, "not a recovery"),
+    ("worker check: head down", "worker", "check", {}, dict(units=DOWN), act.DONE, "nothing to join"),
+    ("worker check: its unit runs", "worker", "check", {}, dict(units=RAY_ONLY), act.DONE, "runs"),
     # Head's check.
     ("head check: serving, record the nodes once", "head", "check", {},
-     dict(units=UP, health=200, vllm_invocation="inv1"), er.RECORD_NODES, "recording"),
+     dict(units=UP, health=200, vllm_invocation="inv1"), act.RECORD_NODES, "recording"),
     ("head check: serving, recorded", "head", "check", {"engine_invocation": "inv1"},
-     dict(units=UP, health=200, vllm_invocation="inv1"), er.DONE, "serves"),
+     dict(units=UP, health=200, vllm_invocation="inv1"), act.DONE, "serves"),
     ("head check: wedged (200) is not its business", "head", "check", {"engine_invocation": "inv1"},
-     dict(units=UP, health=200, vllm_invocation="inv1"), er.DONE, "serves"),
-    ("head check: loading", "head", "check", {}, dict(units=UP, health=None), er.DONE, "not a dead engine"),
-    ("head check: one 503", "head", "check", {}, dict(units=UP, health=503), er.DONE, "checking again"),
+     dict(units=UP, health=200, vllm_invocation="inv1"), act.DONE, "serves"),
+    ("head check: loading", "head", "check", {}, dict(units=UP, health=None), act.DONE, "not a dead engine"),
+    ("head check: one 503", "head", "check", {}, dict(units=UP, health=503), act.DONE, "checking again"),
     ("head check: 503 twice, a peer down", "head", "check", {"dead_streak": 1},
-     dict(units=UP, health=503, peers_down=(WORKER,)), er.DONE, "waiting for their hosts to boot"),
+     dict(units=UP, health=503, peers_down=(WORKER,)), act.DONE, "waiting for their hosts to boot"),
     ("head check: 503 twice, ask Ray", "head", "check", {"dead_streak": 1},
-     dict(units=UP, health=503), er.PROBE_NODES, "asking Ray"),
+     dict(units=UP, health=503), act.PROBE_NODES, "asking Ray"),
     ("head check: 503, Ray asked recently", "head", "check", {"dead_streak": 4, "probe_next_at": 1100.0},
-     dict(units=UP, health=503), er.DONE, "next look at Ray in 100 s"),
+     dict(units=UP, health=503), act.DONE, "next look at Ray in 100 s"),
     ("head check: lab kill -9 of the worker's ray.service (node gone)", "head", "check",
      {"dead_streak": 1, "engine_invocation": "inv1", "engine_nodes": {HEAD: "h", WORKER: "w"}},
-     dict(units=UP, health=503, vllm_invocation="inv1", nodes_missing=(WORKER,), nodes_new=()), er.DONE,
+     dict(units=UP, health=503, vllm_invocation="inv1", nodes_missing=(WORKER,), nodes_new=()), act.DONE,
      "not joined"),
     ("head check: lab kill -9 of RayWorkerProc (same nodes)", "head", "check",
      {"dead_streak": 1, "engine_invocation": "inv1", "engine_nodes": {HEAD: "h", WORKER: "w"}},
-     dict(units=UP, health=503, vllm_invocation="inv1", nodes_missing=(), nodes_new=()), er.DONE,
+     dict(units=UP, health=503, vllm_invocation="inv1", nodes_missing=(), nodes_new=()), act.DONE,
      "no host booted"),
     ("head check: never recorded", "head", "check", {"dead_streak": 1},
-     dict(units=UP, health=503, vllm_invocation="inv1", nodes_missing=(), nodes_new=()), er.DONE,
+     dict(units=UP, health=503, vllm_invocation="inv1", nodes_missing=(), nodes_new=()), act.DONE,
      "never recorded"),
     ("head check: a worker rebooted and rejoined", "head", "check",
      {"dead_streak": 1, "engine_invocation": "inv1", "engine_nodes": {HEAD: "h", WORKER: "w"}},
-     dict(units=UP, health=503, vllm_invocation="inv1", nodes_missing=(), nodes_new=(WORKER,)), er.RESTART,
+     dict(units=UP, health=503, vllm_invocation="inv1", nodes_missing=(), nodes_new=(WORKER,)), act.RESTART,
      "rejoined after vLLM started"),
-    ("head check: mp cannot tell", "head", "check", {"dead_streak": 1}, dict(units=UP, health=503), er.DONE,
+    ("head check: mp cannot tell", "head", "check", {"dead_streak": 1}, dict(units=UP, health=503), act.DONE,
      "under mp"),
-    ("head check: vLLM stopped by hand", "head", "check", {}, dict(units=RAY_ONLY), er.DONE, "nothing to do"),
+    ("head check: vLLM stopped by hand", "head", "check", {}, dict(units=RAY_ONLY), act.DONE, "nothing to do"),
     ("head check: the boot run stopped waiting, peers back", "head", "check", {"peers_overdue": True},
-     dict(units=DOWN), er.RECOVER, "taking this boot's recovery up again"),
+     dict(units=DOWN), act.RECOVER, "taking this boot's recovery up again"),
     ("head check: the boot run stopped waiting, peers still away", "head", "check", {"peers_overdue": True},
-     dict(units=DOWN, peers_down=(WORKER,)), er.DONE, "still waiting"),
+     dict(units=DOWN, peers_down=(WORKER,)), act.DONE, "still waiting"),
 ]
 
 
@@ -173,13 +185,13 @@ CASES = [
 def test_decide(case, role, mode, state, seen, action, words):
     backend = "mp" if "mp" in case.replace(":", " ").split() else "ray"  # a case names the mp backend
     c = cfg(role, backend=backend)
-    d = er.decide(c, er.State(**state), ob(**seen), mode)
+    d = decide(c, State(**state), ob(**seen), mode)
     assert (d.action, words in d.reason) == (action, True), d
 
 
 def test_backoff_doubles_and_is_capped():
     c = cfg()
-    assert [er.backoff(c, n) for n in range(7)] == [0, 30, 60, 120, 240, 480, 600]
+    assert [backoff(c, n) for n in range(7)] == [0, 30, 60, 120, 240, 480, 600]
 
 
 # ---- recover.json ------------------------------------------------------------------------------
@@ -194,17 +206,17 @@ def test_backoff_doubles_and_is_capped():
     ({"surprise": 1}, "unknown keys: surprise"),
 ])
 def test_a_bad_config_says_what_is_wrong(change, message):
-    with pytest.raises(er.ConfigError, match=message):
-        er.parse_config({**BASE, "role": "head", **change})
+    with pytest.raises(ConfigError, match=message):
+        parse_config({**BASE, "role": "head", **change})
 
 
 def test_a_config_without_its_engine_says_which_keys():
-    with pytest.raises(er.ConfigError, match="lacks engine, role"):
-        er.parse_config({"backend": "ray"})
+    with pytest.raises(ConfigError, match="lacks engine, role"):
+        parse_config({"backend": "ray"})
 
 
 # ---- the loop, on a scripted engine ------------------------------------------------------------
-class FakeHost(er.Host):
+class FakeHost(Host):
     """One engine host. ``world`` is shared between a head and a worker FakeHost."""
 
     def __init__(self, world: dict, name: str):
@@ -296,7 +308,7 @@ def engine_world(**over) -> dict:
 
 def run(host, role, mode, **over):
     c = cfg(role, **over)
-    return er.Recovery(host, c, mode).run()
+    return Recovery(host, c, mode).run()
 
 
 def test_both_hosts_back_the_head_waits_for_its_peer_then_starts_ray_vllm_in_order():
@@ -383,7 +395,7 @@ def test_the_worker_alone_the_head_restarts_the_whole_engine_once_its_node_is_ba
     w["up"][WORKER] = True
     w["boots"]["worker"] = "b2"
     worker_cfg = cfg("worker", worker_wait_s=5)
-    assert er.Recovery(worker, worker_cfg, "boot").run() == 1  # it stays only 5 s here
+    assert Recovery(worker, worker_cfg, "boot").run() == 1  # it stays only 5 s here
     w["t"] += 11
     w["tick"](w)
     assert WORKER in w["nodes"]
@@ -443,7 +455,7 @@ def test_the_head_alone_back_its_worker_joins_through_its_check():
     def tick(w, inner=w["tick"]):
         inner(w)
         if w["t"] % 30 < 5:  # the worker's timer
-            er.Recovery(worker, cfg("worker"), "check").run()
+            Recovery(worker, cfg("worker"), "check").run()
     w["tick"] = tick
     assert run(head, "head", "boot") == 0
     assert [(who, u) for _, who, what, u in w["log"] if what == "start"] == [
@@ -481,11 +493,11 @@ def test_not_wanted_means_nothing_starts():
 
 
 def test_a_new_boot_starts_with_a_fresh_budget_and_keeps_the_node_record():
-    old = er.State(boot_id="b1", attempts=3, gave_up=True, engine_invocation="i", engine_nodes={HEAD: "h"})
-    new = er.State.from_json(old.to_json(), "b2")
+    old = State(boot_id="b1", attempts=3, gave_up=True, engine_invocation="i", engine_nodes={HEAD: "h"})
+    new = State.from_json(old.to_json(), "b2")
     assert (new.attempts, new.gave_up, new.engine_nodes) == (0, False, {HEAD: "h"})
-    assert er.State.from_json(old.to_json(), "b1").attempts == 3
-    assert er.State.from_json("{not json", "b2") == er.State(boot_id="b2")
+    assert State.from_json(old.to_json(), "b1").attempts == 3
+    assert State.from_json("{not json", "b2") == State(boot_id="b2")
 
 
 def test_the_journal_gets_a_wait_line_every_30_s_not_every_poll():
@@ -501,18 +513,18 @@ def test_main_reads_its_config_and_refuses_a_bad_one():
     host = FakeHost(w, "head")
     host.files["/etc/vllm-fleet/recover.json"] = json.dumps(dict(BASE, role="head", peers=[WORKER]))
     del host.files["/var/lib/vllm-fleet/engine-wanted"]
-    assert er.main(["boot"], host) == 0
-    assert er.main(["sideways"], host) == 2 and "usage" in host.lines[-1]
+    assert main(["boot"], host) == 0
+    assert main(["sideways"], host) == 2 and "usage" in host.lines[-1]
     host.files["/etc/vllm-fleet/recover.json"] = "{}"
-    assert er.main(["check"], host) == 2 and "lacks engine" in host.lines[-1]
+    assert main(["check"], host) == 2 and "lacks engine" in host.lines[-1]
 
 
 @pytest.mark.parametrize("text,expected", [
     (None, None),
     ("garbage", {"attempts": None, "last_action": "unreadable", "last_reason": "the state file is not JSON",
                  "at": None, "gave_up": None}),
-    (er.State(attempts=2, last_action="give-up", last_reason="r", at=5.0, gave_up=True).to_json(),
+    (State(attempts=2, last_action="give-up", last_reason="r", at=5.0, gave_up=True).to_json(),
      {"attempts": 2, "last_action": "give-up", "last_reason": "r", "at": 5.0, "gave_up": True}),
 ])
 def test_summary_for_diagnose(text, expected):
-    assert er.summary(text) == expected
+    assert summary(text) == expected

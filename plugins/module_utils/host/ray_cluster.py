@@ -11,8 +11,9 @@ number belongs, a list where a dict belongs) raises :class:`RayProbeError`,
 and nothing else is raised: a string "false" must not read as alive, nor "1_0"
 as ten GPUs.
 
-Standard library only: roles/engine_recovery copies this file, by its path at
-the top of plugins/module_utils/, next to engine_recovery.py on each engine host.
+Standard library only: roles/engine_recovery copies this file, by its path
+below plugins/module_utils/, to each engine host, where the recovery package's
+host_io.py imports it.
 """
 from __future__ import annotations
 
