@@ -344,9 +344,10 @@ def gate_logic_us(n: int = 20000) -> float:
     import logging
 
     from vllm_fleet_gate.accesslog import Exchange, access_log
-    from vllm_fleet_gate.admission import Demand, estimate_tokens, prompt_parts, read_limits
+    from vllm_fleet_gate.admission import Demand
     from vllm_fleet_gate.app import Gate
     from vllm_fleet_gate.config import parse_config
+    from vllm_fleet_gate.generation import estimate_tokens, prompt_parts, read_limits
     from vllm_fleet_gate.logsink import LoopBatchedHandler
 
     gate = Gate(parse_config({

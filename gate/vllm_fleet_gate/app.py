@@ -41,12 +41,13 @@ from aiohttp import web
 
 from .admin import ALLOWED, AdminApi
 from .admin import PREFIX as ADMIN_PREFIX
-from .admission import GENERATION_ROUTES, Admission
+from .admission import Admission
 from .body import BodyReader, ServerLog
 from .books import Books
 from .config import Config
 from .counting import Counting
 from .forwarding import Forwarding
+from .generation import GENERATION_ROUTES
 from .health import EngineHealth
 from .metrics import CONTENT_TYPE, Metrics
 from .proxy import Proxy

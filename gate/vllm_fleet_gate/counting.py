@@ -8,7 +8,8 @@ import time
 
 import aiohttp
 
-from .admission import Demand, Plan, estimate_tokens
+from .admission import Demand
+from .generation import Plan, estimate_tokens
 
 log = logging.getLogger("vllm_fleet_gate")
 

@@ -10,10 +10,11 @@ from collections.abc import Callable
 from aiohttp import web
 
 from .accesslog import Exchange, log_exchange
-from .admission import ADMITTED, FAILED, BadRequest, Plan, Rejected, Ticket
+from .admission import ADMITTED, FAILED, BadRequest, Rejected, Ticket
 from .auth import check_api_key
 from .body import BodyRefused, parse_json
 from .errors import CLIENT_CLOSED, error_response, sentence
+from .generation import Plan
 
 # The gate's own paths, never passed to an engine (the engine's /health,
 # /metrics and /openapi.json are the engine's, not the gate's), and

@@ -18,10 +18,10 @@ from schemathesis.specs.openapi.definitions import OPENAPI_30
 from test_gate_install import VERSION, run
 
 from vllm_fleet_gate import __version__
-from vllm_fleet_gate.admission import GENERATION_ROUTES
 from vllm_fleet_gate.app import SPEC_FILE, Gate, spec_bytes
 from vllm_fleet_gate.config import parse_config
 from vllm_fleet_gate.errors import _ERROR_TYPES
+from vllm_fleet_gate.generation import GENERATION_ROUTES
 from vllm_fleet_gate.proxy import _OWN_PATHS
 
 SPEC = json.loads(spec_bytes())
