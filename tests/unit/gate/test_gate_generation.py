@@ -33,22 +33,8 @@ def test_read_limits(payload, expected):
     assert read_limits(payload) == expected
 
 
-@pytest.mark.parametrize(
-    "payload, message",
-    [
-        ({"max_tokens": -1}, "max_tokens must be at least 1, got -1"),
-        ({"max_tokens": 0}, "max_tokens must be at least 1, got 0"),
-        ({"max_tokens": "10"}, "max_tokens must be an integer, got str"),
-        ({"max_tokens": 1.5}, "max_tokens must be an integer, got float"),
-        ({"max_tokens": True}, "max_tokens must be an integer, got bool"),
-        ({"max_completion_tokens": -3}, "max_completion_tokens must be at least 1, got -3"),
-        ({"n": 0}, "n must be at least 1, got 0"),
-    ],
-)
-def test_read_limits_rejects(payload, message):
-    with pytest.raises(BadRequest) as exc:
-        read_limits(payload)
-    assert exc.value.message == message
+_PROMPT_SHAPES = "prompt must be a string, a list of strings, a list of token IDs or a list of lists of token IDs"
+_MESSAGES_SHAPE = "messages must be a non-empty list of message objects"
 
 
 @pytest.mark.parametrize(
@@ -64,36 +50,29 @@ def test_prompt_parts(prompt, parts):
     assert prompt_parts({"prompt": prompt}) == parts
 
 
-_PROMPT_SHAPES = "prompt must be a string, a list of strings, a list of token IDs or a list of lists of token IDs"
-
-
 @pytest.mark.parametrize(
-    "payload, message",
+    "reader, payload, message",
     [
-        ({}, "prompt is required"),
-        ({"prompt": []}, _PROMPT_SHAPES),
-        ({"prompt": 5}, _PROMPT_SHAPES),
-        ({"prompt": ["a", 1]}, _PROMPT_SHAPES),
-        ({"prompt": [[1], []]}, _PROMPT_SHAPES),
+        (read_limits, {"max_tokens": -1}, "max_tokens must be at least 1, got -1"),
+        (read_limits, {"max_tokens": 0}, "max_tokens must be at least 1, got 0"),
+        (read_limits, {"max_tokens": "10"}, "max_tokens must be an integer, got str"),
+        (read_limits, {"max_tokens": 1.5}, "max_tokens must be an integer, got float"),
+        (read_limits, {"max_tokens": True}, "max_tokens must be an integer, got bool"),
+        (read_limits, {"max_completion_tokens": -3}, "max_completion_tokens must be at least 1, got -3"),
+        (read_limits, {"n": 0}, "n must be at least 1, got 0"),
+        (prompt_parts, {}, "prompt is required"),
+        (prompt_parts, {"prompt": []}, _PROMPT_SHAPES),
+        (prompt_parts, {"prompt": 5}, _PROMPT_SHAPES),
+        (prompt_parts, {"prompt": ["a", 1]}, _PROMPT_SHAPES),
+        (prompt_parts, {"prompt": [[1], []]}, _PROMPT_SHAPES),
+        (chat_messages, {}, "messages is required"),
+        (chat_messages, {"messages": []}, _MESSAGES_SHAPE),
+        (chat_messages, {"messages": ["hi"]}, _MESSAGES_SHAPE),
     ],
 )
-def test_prompt_parts_rejects(payload, message):
+def test_readers_reject(reader, payload, message):
     with pytest.raises(BadRequest) as exc:
-        prompt_parts(payload)
-    assert exc.value.message == message
-
-
-@pytest.mark.parametrize(
-    "payload, message",
-    [
-        ({}, "messages is required"),
-        ({"messages": []}, "messages must be a non-empty list of message objects"),
-        ({"messages": ["hi"]}, "messages must be a non-empty list of message objects"),
-    ],
-)
-def test_chat_messages_rejects(payload, message):
-    with pytest.raises(BadRequest) as exc:
-        chat_messages(payload)
+        reader(payload)
     assert exc.value.message == message
 
 
