@@ -3,7 +3,9 @@ engines, with admission by KV pool (``admission.py``). This module builds
 the aiohttp application and wires the Gate's parts: the proxied routes
 (``proxy.py``), counting (``counting.py``), forwarding (``forwarding.py``),
 body reading (``body.py``), engine health (``health.py``), the books
-(``books.py``) and the admin sub-application (``admin.py``).
+(``books.py``) and the admin sub-application (``admin.py``); the keys are
+checked in ``auth.py``, the access log is ``accesslog.py`` and the error
+body ``errors.py``.
 
 The generation routes (``GENERATION_ROUTES``) are admitted; every other
 path and method is passed through to a ready engine as it is, so a client
@@ -39,8 +41,8 @@ from importlib import resources
 import aiohttp
 from aiohttp import web
 
-from .admin import ALLOWED, AdminApi
 from .admin import PREFIX as ADMIN_PREFIX
+from .admin import AdminApi
 from .admission import Admission
 from .body import BodyReader, ServerLog
 from .books import Books
@@ -59,7 +61,6 @@ SPEC_FILE = "openapi.json"
 def spec_bytes() -> bytes:
     """The gate's OpenAPI spec, as the package holds it."""
     return resources.files(__package__).joinpath(SPEC_FILE).read_bytes()
-
 
 
 class Gate(Proxy, Counting, Forwarding, BodyReader, EngineHealth, Books):
@@ -96,7 +97,6 @@ class Gate(Proxy, Counting, Forwarding, BodyReader, EngineHealth, Books):
         self._last_fallback_log = float("-inf")
         self._tokenize_mode = config.token_count_mode == "tokenize"
         self._passing = 0  # passthrough requests in flight (for a graceful stop)
-        self._admin_paths = ALLOWED
         self._spec = spec_bytes()
         self._last_malformed_log = float("-inf")
         self._malformed_unlogged = 0

@@ -22,7 +22,6 @@ def bearer(request: web.Request) -> bytes | None:
     return token.encode("utf-8", "surrogateescape")
 
 
-
 def check_api_key(request: web.Request, api_keys: list[bytes]) -> web.Response | None:
     """None when the request may pass (or no keys are set), else the 401."""
     if not api_keys:

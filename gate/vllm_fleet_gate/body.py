@@ -81,7 +81,6 @@ def parse_json(body: bytes) -> Any:
     return payload
 
 
-
 class BodyReader:
     """The Gate's body reading (a part of ``app.Gate``): uses its config,
     metrics and the malformed-request log's rate limit."""

@@ -29,7 +29,6 @@ def forwardable(value: str) -> bool:
     return value.isprintable() or value.replace("\t", " ").isprintable()
 
 
-
 class Forwarding:
     """A part of ``app.Gate``: uses its config, session, bases and metrics."""
 

@@ -25,7 +25,6 @@ def connect_reason(exc: aiohttp.ClientConnectorError) -> str:
     return text[:1].lower() + text[1:]
 
 
-
 class EngineHealth:
     """The Gate's engine readiness (a part of ``app.Gate``)."""
 

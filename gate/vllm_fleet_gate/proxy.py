@@ -10,6 +10,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from .accesslog import Exchange, log_exchange
+from .admin import ALLOWED as ADMIN_ALLOWED
 from .admission import ADMITTED, FAILED, BadRequest, Rejected, Ticket
 from .auth import check_api_key
 from .body import BodyRefused, parse_json
@@ -168,7 +169,7 @@ class Proxy:
         """The gate's own path with a method it does not serve, or an admin
         route it does not have."""
         path = request.path
-        allowed = "GET" if path in _OWN_PATHS else self._admin_paths.get(path)
+        allowed = "GET" if path in _OWN_PATHS else ADMIN_ALLOWED.get(path)
         if allowed is None:
             return error_response(404, f"The gate has no admin route {path}.", "not_found")
         return error_response(405, f"{request.method} is not allowed on the gate's {path}; use {allowed}.",
