@@ -343,9 +343,11 @@ def gate_logic_us(n: int = 20000) -> float:
     import io
     import logging
 
-    from vllm_fleet_gate.admission import Demand, estimate_tokens, prompt_parts, read_limits
-    from vllm_fleet_gate.app import Gate, _Exchange, access_log
+    from vllm_fleet_gate.accesslog import Exchange, access_log
+    from vllm_fleet_gate.admission import Demand
+    from vllm_fleet_gate.app import Gate
     from vllm_fleet_gate.config import parse_config
+    from vllm_fleet_gate.generation import estimate_tokens, prompt_parts, read_limits
     from vllm_fleet_gate.logsink import LoopBatchedHandler
 
     gate = Gate(parse_config({
@@ -368,7 +370,7 @@ def gate_logic_us(n: int = 20000) -> float:
             gate.metrics.upstream_seconds_by["stub"].observe(0.0004)
             gate.metrics.response(200)
             gate._finish(ticket)
-            gate._log(_Exchange("POST", "/v1/completions", 200, ticket.tokens, 0.0, "stub"), t0)
+            gate._log(Exchange("POST", "/v1/completions", 200, ticket.tokens, 0.0, "stub"), t0)
         return (time.perf_counter() - started) / n * 1e6
     finally:
         access_log.setLevel(level)

@@ -233,16 +233,28 @@ def parse_config(raw: Any) -> Config:
     if not isinstance(raw, dict):
         raise ConfigError([f"config: must be a JSON object, got {_type_name(raw)}"])
     check.unknown_keys("config", raw, _SCHEMA)
+    # Section by section, in this order, so the errors come in it too.
+    fields = _listen(check, raw)
+    fields["upstreams"] = _upstreams(check, raw.get("upstreams"))
+    for section in (_secrets, _queue, _token_count, _engine_timeouts, _limits):
+        fields.update(section(check, raw))
+    if check.errors:
+        raise ConfigError(check.errors)
+    return Config(**fields)
 
+
+def _listen(check: _Checker, raw: dict) -> dict:
     listen = _section(check, raw, "listen")
-    host = check.string("listen.host", listen["host"])
-    port = check.integer("listen.port", listen["port"], minimum=1, maximum=65535)
-    idle_s = check.positive("listen.idle_timeout_s", listen["idle_timeout_s"])
-    body_s = check.positive("listen.body_timeout_s", listen["body_timeout_s"])
-    write_s = check.positive("listen.write_timeout_s", listen["write_timeout_s"])
+    return {
+        "listen_host": check.string("listen.host", listen["host"]),
+        "listen_port": check.integer("listen.port", listen["port"], minimum=1, maximum=65535),
+        "client_idle_timeout_s": check.positive("listen.idle_timeout_s", listen["idle_timeout_s"]),
+        "client_body_timeout_s": check.positive("listen.body_timeout_s", listen["body_timeout_s"]),
+        "client_write_timeout_s": check.positive("listen.write_timeout_s", listen["write_timeout_s"]),
+    }
 
-    upstreams = _upstreams(check, raw.get("upstreams"))
 
+def _secrets(check: _Checker, raw: dict) -> dict:
     api_keys: tuple[str, ...] = ()
     keys = raw.get("api_keys")
     if keys is not None:
@@ -263,69 +275,60 @@ def parse_config(raw: Any) -> Config:
         admin_token = check.secret("admin_token", admin_token, min_len=MIN_ADMIN_TOKEN_LEN)
         if admin_token is not None and admin_token in api_keys:
             check.fail("admin_token", "must differ from every api_keys entry")
+    return {"api_keys": api_keys, "upstream_api_key": upstream_api_key, "admin_token": admin_token}
 
+
+def _queue(check: _Checker, raw: dict) -> dict:
     queue = _section(check, raw, "queue")
-    max_depth = check.integer("queue.max_depth", queue["max_depth"], minimum=0)
-    queue_timeout = check.positive("queue.timeout_s", queue["timeout_s"])
-
+    fields = {
+        "queue_max_depth": check.integer("queue.max_depth", queue["max_depth"], minimum=0),
+        "queue_timeout_s": check.positive("queue.timeout_s", queue["timeout_s"]),
+    }
     count_max_tokens = raw.get("count_max_tokens", True)
     if not isinstance(count_max_tokens, bool):
         check.fail("count_max_tokens", f"must be true or false, got {_shown(count_max_tokens)}")
+    return {**fields, "count_max_tokens": count_max_tokens}
 
+
+def _token_count(check: _Checker, raw: dict) -> dict:
     tc = _section(check, raw, "token_count")
     mode = tc["mode"]
     if mode not in TOKEN_COUNT_MODES:
         check.fail("token_count.mode", f"must be 'tokenize' or 'estimate', got {_shown(mode)}")
-    chars_per_token = check.positive("token_count.chars_per_token", tc["chars_per_token"])
-    tokenize_timeout = check.positive("token_count.timeout_s", tc["timeout_s"])
+    return {
+        "token_count_mode": mode,
+        "chars_per_token": check.positive("token_count.chars_per_token", tc["chars_per_token"]),
+        "tokenize_timeout_s": check.positive("token_count.timeout_s", tc["timeout_s"]),
+    }
 
+
+def _engine_timeouts(check: _Checker, raw: dict) -> dict:
     hc = _section(check, raw, "health_check")
-    health_interval = check.positive("health_check.interval_s", hc["interval_s"])
-    health_timeout = check.positive("health_check.timeout_s", hc["timeout_s"])
-
+    fields = {
+        "health_interval_s": check.positive("health_check.interval_s", hc["interval_s"]),
+        "health_timeout_s": check.positive("health_check.timeout_s", hc["timeout_s"]),
+    }
     ut = _section(check, raw, "upstream_timeouts")
-    connect_s = check.positive("upstream_timeouts.connect_s", ut["connect_s"])
-    read_s = check.positive("upstream_timeouts.read_s", ut["read_s"])
-    keepalive_s = check.positive("upstream_timeouts.keepalive_s", ut["keepalive_s"])
+    return {
+        **fields,
+        "upstream_connect_timeout_s": check.positive("upstream_timeouts.connect_s", ut["connect_s"]),
+        "upstream_read_timeout_s": check.positive("upstream_timeouts.read_s", ut["read_s"]),
+        "upstream_keepalive_s": check.positive("upstream_timeouts.keepalive_s", ut["keepalive_s"]),
+    }
 
+
+def _limits(check: _Checker, raw: dict) -> dict:
+    """The top-level numbers, each over its default."""
     def top(key, fn, **kw):
         return fn(key, raw.get(key, _SCHEMA[key]), **kw)
 
-    max_conns = top("upstream_max_connections", check.integer, minimum=1)
-    max_hold = top("max_hold_s", check.positive, maximum=HOLD_CAP_S)
-    retry_after = top("retry_after_s", check.integer, minimum=1)
-    shutdown_timeout = top("shutdown_timeout_s", check.positive)
-    max_request = top("max_request_bytes", check.integer, minimum=1024)
-
-    if check.errors:
-        raise ConfigError(check.errors)
-    return Config(
-        upstreams=upstreams,
-        admin_token=admin_token,
-        listen_host=host,
-        listen_port=port,
-        api_keys=api_keys,
-        upstream_api_key=upstream_api_key,
-        queue_max_depth=max_depth,
-        queue_timeout_s=queue_timeout,
-        count_max_tokens=count_max_tokens,
-        token_count_mode=mode,
-        chars_per_token=chars_per_token,
-        tokenize_timeout_s=tokenize_timeout,
-        health_interval_s=health_interval,
-        health_timeout_s=health_timeout,
-        upstream_connect_timeout_s=connect_s,
-        upstream_read_timeout_s=read_s,
-        upstream_keepalive_s=keepalive_s,
-        upstream_max_connections=max_conns,
-        max_hold_s=max_hold,
-        retry_after_s=retry_after,
-        shutdown_timeout_s=shutdown_timeout,
-        max_request_bytes=max_request,
-        client_idle_timeout_s=idle_s,
-        client_body_timeout_s=body_s,
-        client_write_timeout_s=write_s,
-    )
+    return {
+        "upstream_max_connections": top("upstream_max_connections", check.integer, minimum=1),
+        "max_hold_s": top("max_hold_s", check.positive, maximum=HOLD_CAP_S),
+        "retry_after_s": top("retry_after_s", check.integer, minimum=1),
+        "shutdown_timeout_s": top("shutdown_timeout_s", check.positive),
+        "max_request_bytes": top("max_request_bytes", check.integer, minimum=1024),
+    }
 
 
 def load_config(path: str) -> Config:

@@ -38,13 +38,13 @@ async def books_back_to_zero():
         )
 
 
-@pytest.fixture
-async def fake_engine():
-    """Factory: start a FakeVLLM on loopback."""
+async def _engines(cls):
+    """Yield a factory that starts ``cls`` engines on loopback; then stop
+    them all (a held /tokenize let go first)."""
     servers = []
 
-    async def start(**kwargs) -> FakeVLLM:
-        fake = FakeVLLM(**kwargs)
+    async def start(**kwargs):
+        fake = cls(**kwargs)
         fake.server = TestServer(fake.app(), host="127.0.0.1")
         await fake.server.start_server()
         servers.append(fake)
@@ -53,19 +53,23 @@ async def fake_engine():
     yield start
     for fake in servers:
         fake.release_all()
+        if getattr(fake, "tokenize_pause", None) is not None:
+            fake.tokenize_pause.set()
         await fake.server.close()
 
 
-@pytest.fixture
-async def start_gate(books_back_to_zero):
-    """Factory: ``await start_gate([fake, ...], **config_overrides)`` returns
-    (gate, client). The gate has polled health once, so ready fakes are
-    ready."""
+async def _gates(records: list, *, own_options: bool):
+    """Yield a gate factory (see ``start_gate``); then record each gate's
+    books in ``records`` and stop the servers. ``own_options``: run the
+    server with ``Gate.server_options()``."""
     started: list[tuple[Gate, TestClient]] = []
 
     async def start(fakes, **overrides):
         gate = Gate(parse_config(base_config(fakes, **overrides)))
-        client = TestClient(TestServer(gate.make_app(), host="127.0.0.1"))
+        server = TestServer(gate.make_app(), host="127.0.0.1")
+        if own_options:
+            await server.start_server(**gate.server_options())
+        client = TestClient(server)
         await client.start_server()
         started.append((gate, client))
         return gate, client
@@ -74,9 +78,25 @@ async def start_gate(books_back_to_zero):
     for gate, _client in started:
         # Let handlers finish releasing what they hold, then record.
         await gate.wait_idle(WAIT)
-        books_back_to_zero.append((gate, books(gate)))
+        records.append((gate, books(gate)))
     for _gate, client in started:
         await client.close()
+
+
+@pytest.fixture
+async def fake_engine():
+    """Factory: start a FakeVLLM on loopback."""
+    async for start in _engines(FakeVLLM):
+        yield start
+
+
+@pytest.fixture
+async def start_gate(books_back_to_zero):
+    """Factory: ``await start_gate([fake, ...], **config_overrides)`` returns
+    (gate, client). The gate has polled health once, so ready fakes are
+    ready."""
+    async for start in _gates(books_back_to_zero, own_options=False):
+        yield start
 
 
 @pytest.fixture
@@ -93,23 +113,8 @@ async def serve_gate(books_back_to_zero):
     server options, as ``__main__`` runs it (``Gate.server_options()``: the
     idle timeout, the server logger): ``await serve_gate([fake], **overrides)``
     returns (gate, client); ``client.server.port`` is its loopback port."""
-    started: list[tuple[Gate, TestClient]] = []
-
-    async def start(fakes, **overrides):
-        gate = Gate(parse_config(base_config(fakes, **overrides)))
-        server = TestServer(gate.make_app(), host="127.0.0.1")
-        await server.start_server(**gate.server_options())
-        client = TestClient(server)
-        await client.start_server()
-        started.append((gate, client))
-        return gate, client
-
-    yield start
-    for gate, _client in started:
-        await gate.wait_idle(WAIT)
-        books_back_to_zero.append((gate, books(gate)))
-    for _gate, client in started:
-        await client.close()
+    async for start in _gates(books_back_to_zero, own_options=True):
+        yield start
 
 
 @pytest.fixture
@@ -117,18 +122,5 @@ async def sturdy_engine():
     """Factory: a SturdyFakeVLLM on loopback (see gate_helpers)."""
     from gate_helpers import SturdyFakeVLLM
 
-    servers = []
-
-    async def start(**kwargs) -> SturdyFakeVLLM:
-        fake = SturdyFakeVLLM(**kwargs)
-        fake.server = TestServer(fake.app(), host="127.0.0.1")
-        await fake.server.start_server()
-        servers.append(fake)
-        return fake
-
-    yield start
-    for fake in servers:
-        fake.release_all()
-        if fake.tokenize_pause is not None:
-            fake.tokenize_pause.set()
-        await fake.server.close()
+    async for start in _engines(SturdyFakeVLLM):
+        yield start

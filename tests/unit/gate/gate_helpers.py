@@ -353,6 +353,22 @@ def completion(label: str, prompt_tokens: int = 30, max_tokens: int | None = 10,
     return body
 
 
+def post(client, body: dict, path: str = "/v1/completions") -> asyncio.Task:
+    """A request sent in the background: its task."""
+    return asyncio.create_task(client.post(path, json=body))
+
+
+async def fill_then_queue(fake: FakeVLLM, gate, client) -> tuple[asyncio.Task, asyncio.Task, asyncio.Task]:
+    """With ``fake`` holding its answers, a and b (40 tokens each) fill its
+    100-token pool and c queues behind them: the three tasks."""
+    fake.block = True
+    a, b = post(client, completion("a")), post(client, completion("b"))
+    await fake.wait_requests(2)
+    c = post(client, completion("c"))
+    await until(lambda: gate.admission.queue_depth == 1, what="c to queue")
+    return a, b, c
+
+
 # -- for the hostile-client and fuzz tests -------------------------------------------------
 class SturdyFakeVLLM(FakeVLLM):
     """A FakeVLLM that takes whatever JSON a fuzzer or a hostile client gets

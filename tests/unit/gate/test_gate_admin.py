@@ -5,13 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from gate_helpers import ADMIN, WAIT, completion, until
+from gate_helpers import ADMIN, WAIT, completion, post, until
 
 AUTH = {"Authorization": f"Bearer {ADMIN}"}
-
-
-def post(client, body, path="/v1/completions"):
-    return asyncio.create_task(client.post(path, json=body))
 
 
 def pools(*fakes_and_sizes):

@@ -18,9 +18,11 @@ from schemathesis.specs.openapi.definitions import OPENAPI_30
 from test_gate_install import VERSION, run
 
 from vllm_fleet_gate import __version__
-from vllm_fleet_gate.admission import GENERATION_ROUTES
-from vllm_fleet_gate.app import _ERROR_TYPES, _OWN_PATHS, SPEC_FILE, Gate, spec_bytes
+from vllm_fleet_gate.app import SPEC_FILE, Gate, spec_bytes
 from vllm_fleet_gate.config import parse_config
+from vllm_fleet_gate.errors import _ERROR_TYPES
+from vllm_fleet_gate.generation import GENERATION_ROUTES
+from vllm_fleet_gate.proxy import _OWN_PATHS
 
 SPEC = json.loads(spec_bytes())
 METHODS = {"get", "put", "post", "delete", "patch", "options", "head", "trace"}
@@ -97,8 +99,8 @@ def source_codes() -> set[str]:
     the calls that answer with one, the rejection table's, and the
     ``"invalid_" + field`` of the integer fields."""
     codes: set[str] = set()
-    for name in ("app.py", "admission.py"):
-        tree = ast.parse((GATE_DIR / "vllm_fleet_gate" / name).read_text())
+    for path in sorted((GATE_DIR / "vllm_fleet_gate").glob("*.py")):
+        tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):
                 func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)

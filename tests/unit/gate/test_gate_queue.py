@@ -5,20 +5,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from gate_helpers import WAIT, completion, until
-
-
-def post(client, body, path="/v1/completions"):
-    return asyncio.create_task(client.post(path, json=body))
+from gate_helpers import WAIT, completion, fill_then_queue, post, until
 
 
 async def test_two_fit_the_third_queues_until_one_finishes(one):
     fake, gate, client = one
-    fake.block = True
-    a, b = post(client, completion("a")), post(client, completion("b"))  # 40 + 40
-    await fake.wait_requests(2)
-    c = post(client, completion("c"))
-    await until(lambda: gate.admission.queue_depth == 1, what="c to queue")
+    a, b, c = await fill_then_queue(fake, gate, client)  # 40 + 40, then c
     assert gate.admission.reserved_tokens == 80 and fake.labels() == ["a", "b"]
     fake.release("a")
     assert (await a).status == 200
@@ -49,11 +41,7 @@ async def test_fifo_is_strict(one):
 async def test_queue_full_is_429_with_retry_after(fake_engine, start_gate):
     fake = await fake_engine()
     gate, client = await start_gate([fake], queue={"max_depth": 1})
-    fake.block = True
-    a, b = post(client, completion("a")), post(client, completion("b"))
-    await fake.wait_requests(2)
-    c = post(client, completion("c"))
-    await until(lambda: gate.admission.queue_depth == 1, what="c to queue")
+    a, b, c = await fill_then_queue(fake, gate, client)
     r = await client.post("/v1/completions", json=completion("d"))
     assert r.status == 429 and r.headers["Retry-After"] == "7"
     assert (await r.json())["error"] == {
@@ -138,11 +126,7 @@ async def test_count_max_tokens_off_reserves_the_prompt_only(fake_engine, start_
 # -- disconnects ---------------------------------------------------------------------
 async def test_disconnect_while_queued_leaves_the_queue(one):
     fake, gate, client = one
-    fake.block = True
-    a, b = post(client, completion("a")), post(client, completion("b"))
-    await fake.wait_requests(2)
-    c = post(client, completion("c"))
-    await until(lambda: gate.admission.queue_depth == 1, what="c to queue")
+    a, b, c = await fill_then_queue(fake, gate, client)
     c.cancel()  # the client gives up: its connection closes
     await until(lambda: gate.admission.queue_depth == 0, what="the waiter to leave the queue")
     assert gate.admission.reserved_tokens == 80

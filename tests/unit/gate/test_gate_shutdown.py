@@ -9,20 +9,12 @@ import signal
 import sys
 
 import aiohttp
-from gate_helpers import ADMIN, GATE_DIR, WAIT, base_config, completion, free_port, until
-
-
-def post(client, body):
-    return asyncio.create_task(client.post("/v1/completions", json=body))
+from gate_helpers import ADMIN, GATE_DIR, WAIT, base_config, completion, fill_then_queue, free_port
 
 
 async def test_shutdown_refuses_new_fails_queued_and_lets_inflight_finish(one):
     fake, gate, client = one
-    fake.block = True
-    a, b = post(client, completion("a")), post(client, completion("b"))
-    await fake.wait_requests(2)
-    queued = post(client, completion("c"))
-    await until(lambda: gate.admission.queue_depth == 1, what="c to queue")
+    a, b, queued = await fill_then_queue(fake, gate, client)
 
     gate.begin_shutdown()
 
