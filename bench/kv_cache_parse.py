@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 # As Ansible does at run time (ansible.cfg's module_utils): the parser imports
 # its helpers as ansible.module_utils.<name>.
 runpy.run_path(str(REPO / "plugins" / "module_utils_path.py"))
-from ansible.module_utils.kv.report import KvCacheReport  # noqa: E402
+from ansible.module_utils.kv.pool import KvCacheReport  # noqa: E402
 from ansible.module_utils.kv.scanner import scan_chunks  # noqa: E402
 from ansible.module_utils.kv.sources import file_chunks  # noqa: E402
 

@@ -264,8 +264,8 @@ changed:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.host.systemd import parse_show, show_argv
-from ansible.module_utils.kv.diagnosis import diagnose_chunks, not_found_message
 from ansible.module_utils.kv.errors import CapacityNotFoundError, KvCacheError, OptionError, SourceError
+from ansible.module_utils.kv.not_found import diagnose_chunks, not_found_message
 from ansible.module_utils.kv.scanner import scan_chunks
 from ansible.module_utils.kv.sessions import check_options, check_sessions, figures_disagree
 from ansible.module_utils.kv.sources import command_chunks, file_chunks, text_chunks, unit_invocation

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ansible.module_utils.kv.report import KvCacheReport
+from ansible.module_utils.kv.pool import KvCacheReport
 from ansible.module_utils.kv.scanner import scan_chunks
 from ansible.module_utils.kv.sources import CHUNK_SIZE, file_chunks
 
@@ -27,7 +27,7 @@ def concat(*paths: Path) -> str:
 LINE = "INFO 02-20 00:01:02 kv_cache_utils.py:522] "
 
 # Each builds n characters that used to take quadratic (or worse) time, in the
-# scan (kv/scanner.py) or the second pass (kv/diagnosis.py).
+# scan (kv/scanner.py) or the second pass (kv/not_found.py).
 BUILDS = {
     "blocks line then spaces": lambda n: LINE + "# GPU blocks: 127626" + " " * n + "x\n",
     "blocks alone then spaces": lambda n: "# GPU blocks: 1" + " " * n + "\n",

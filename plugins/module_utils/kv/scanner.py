@@ -30,7 +30,7 @@ How the scan stays fast and small:
 
 Which lines count, and where their message starts, is read as
 ``log/lines.py`` says (each line kind only where vLLM prints it). The hints
-that explain a missing line are gathered by ``kv/diagnosis.py``, in a second
+that explain a missing line are gathered by ``kv/not_found.py``, in a second
 pass over the latest boot alone.
 """
 
@@ -41,7 +41,7 @@ import re
 import typing as t
 
 from ansible.module_utils.kv.errors import BinaryInputError, EmptyInputError
-from ansible.module_utils.kv.report import EVIDENCE_LINE_MAX, EVIDENCE_MAX, EngineKv, KvCacheReport
+from ansible.module_utils.kv.pool import EVIDENCE_LINE_MAX, EVIDENCE_MAX, EngineKv, KvCacheReport
 from ansible.module_utils.kv.sources import CHUNK_SIZE, MAX_LINE, text_chunks
 from ansible.module_utils.log.ansi import strip_ansi
 from ansible.module_utils.log.lines import (

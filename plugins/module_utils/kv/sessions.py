@@ -14,7 +14,7 @@ import math
 import typing as t
 
 from ansible.module_utils.kv.errors import NotEnoughSessionsError, OptionError
-from ansible.module_utils.kv.report import KvCacheReport
+from ansible.module_utils.kv.pool import KvCacheReport
 from ansible.module_utils.shared.numeric import shown
 
 

@@ -111,7 +111,7 @@ def split_line(text: str) -> LogLine:
     return LogLine(text[:end], None, None, text[end:], text)
 
 
-# The label Ray puts on a worker's forwarded output (also a hint of a worker node: kv/diagnosis.py).
+# The label Ray puts on a worker's forwarded output (also a hint of a worker node: kv/not_found.py).
 RAY_WORKER = re.compile(r"\((?:RayWorkerProc|RayWorkerWrapper) pid=")
 
 # Ray's driver prints a worker's line in two writes, the text and then its

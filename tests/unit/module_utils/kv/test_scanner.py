@@ -11,7 +11,7 @@ import io
 
 import pytest
 from ansible.module_utils.kv.errors import BinaryInputError, EmptyInputError
-from ansible.module_utils.kv.report import EVIDENCE_MAX, KvCacheReport
+from ansible.module_utils.kv.pool import EVIDENCE_MAX, KvCacheReport
 from ansible.module_utils.kv.scanner import KvCacheScanner, scan_chunks, scan_file, scan_text
 from ansible.module_utils.kv.sources import MAX_LINE
 from ansible.module_utils.log.lines import split_line, unglue

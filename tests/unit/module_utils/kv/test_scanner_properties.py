@@ -28,9 +28,9 @@ from pathlib import Path
 
 import hostile
 import pytest
-from ansible.module_utils.kv.diagnosis import diagnose_chunks, not_found_message
 from ansible.module_utils.kv.errors import KvCacheError, NotEnoughSessionsError
-from ansible.module_utils.kv.report import KvCacheReport
+from ansible.module_utils.kv.not_found import diagnose_chunks, not_found_message
+from ansible.module_utils.kv.pool import KvCacheReport
 from ansible.module_utils.kv.scanner import KvCacheScanner, scan_chunks, scan_text
 from ansible.module_utils.kv.sessions import check_sessions
 from ansible.module_utils.log.ansi import strip_ansi

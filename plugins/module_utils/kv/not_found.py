@@ -16,7 +16,7 @@ import dataclasses
 import re
 import typing as t
 
-from ansible.module_utils.kv.report import EVIDENCE_LINE_MAX, KvCacheReport
+from ansible.module_utils.kv.pool import EVIDENCE_LINE_MAX, KvCacheReport
 from ansible.module_utils.kv.sources import MAX_LINE
 from ansible.module_utils.log.ansi import strip_ansi
 from ansible.module_utils.log.lines import RAY_WORKER

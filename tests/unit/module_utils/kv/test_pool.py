@@ -1,4 +1,4 @@
-"""Tests for plugins/module_utils/kv/report.py: full-context sessions from
+"""Tests for plugins/module_utils/kv/pool.py: full-context sessions from
 the real captures, and the module's return keys."""
 from __future__ import annotations
 

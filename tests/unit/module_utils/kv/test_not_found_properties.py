@@ -1,10 +1,10 @@
-"""Property tests for plugins/module_utils/kv/diagnosis.py over hostile input:
+"""Property tests for plugins/module_utils/kv/not_found.py over hostile input:
 time linear in the input, over the inputs that once took more (tests/kv_logs.py)."""
 from __future__ import annotations
 
 import hostile
 import pytest
-from ansible.module_utils.kv.diagnosis import diagnose_chunks
+from ansible.module_utils.kv.not_found import diagnose_chunks
 from ansible.module_utils.kv.sources import text_chunks
 from hostile import FLOOR_S, SMALL_INPUT
 from kv_logs import BUILDS

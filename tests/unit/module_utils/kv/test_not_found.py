@@ -1,4 +1,4 @@
-"""Tests for plugins/module_utils/kv/diagnosis.py: why a real capture has
+"""Tests for plugins/module_utils/kv/not_found.py: why a real capture has
 no capacity line, and what the message says to do."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.kv.diagnosis import diagnose_chunks, not_found_message
+from ansible.module_utils.kv.not_found import diagnose_chunks, not_found_message
 from ansible.module_utils.kv.scanner import scan_text
 from ansible.module_utils.kv.sources import file_chunks, text_chunks
 from kv_logs import BOOTLOGS, CPU, RAY, concat, parse
