@@ -93,7 +93,7 @@ def _is_project(obj) -> bool:
 
 
 def _short(obj) -> str:
-    """``obj`` named by its file under plugins/module_utils/ (``kv.cache.scan_text``)."""
+    """``obj`` named by its file under plugins/module_utils/ (``kv.scanner.scan_text``)."""
     return "%s.%s" % (obj.__module__.removeprefix("ansible.module_utils."), obj.__qualname__)
 
 

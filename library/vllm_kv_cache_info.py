@@ -262,24 +262,13 @@ changed:
   sample: false
 """
 
-import math
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.host.systemd import parse_show, show_argv
-from ansible.module_utils.kv.cache import (
-    CapacityNotFoundError,
-    KvCacheError,
-    SourceError,
-    check_sessions,
-    command_chunks,
-    diagnose_chunks,
-    file_chunks,
-    not_found_message,
-    scan_chunks,
-    text_chunks,
-    unit_invocation,
-)
-from ansible.module_utils.shared.numeric import shown
+from ansible.module_utils.kv.errors import CapacityNotFoundError, KvCacheError, OptionError, SourceError
+from ansible.module_utils.kv.not_found import diagnose_chunks, not_found_message
+from ansible.module_utils.kv.scanner import scan_chunks
+from ansible.module_utils.kv.sessions import check_options, check_sessions, figures_disagree
+from ansible.module_utils.kv.sources import command_chunks, file_chunks, text_chunks, unit_invocation
 
 ARGUMENT_SPEC = dict(
     path=dict(type="path"),
@@ -334,10 +323,10 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    for name in ("context_tokens", "min_sessions"):
-        if params[name] is not None and params[name] < 1:
-            # shown(): the argspec's int reads "-1e999" as a 1,000-digit int.
-            module.fail_json(msg="%s must be a positive integer, got %s." % (name, shown(params[name])), changed=False)
+    try:
+        check_options(params["context_tokens"], params["min_sessions"])
+    except OptionError as e:
+        module.fail_json(msg=str(e), changed=False)
     context_tokens = params["context_tokens"]
 
     description = params["unit"] and "unit %s" % params["unit"] or params["path"] or "content"
@@ -350,14 +339,9 @@ def main():
         if not report.found and params["required"]:
             diagnosis = diagnose_chunks(chunks(report.boot_offset))
             raise CapacityNotFoundError(not_found_message(report, diagnosis, description))
-        if (report.found and context_tokens and report.kv_cache_tokens is not None
-                and report.max_concurrency is not None and report.concurrency_tokens == context_tokens
-                and report.kv_cache_tokens // context_tokens != int(math.floor(report.max_concurrency))):
-            module.warn(
-                "vLLM's token figure (%d tokens / %d = %d sessions) and its concurrency ratio (%.2fx) "
-                "disagree, as for hybrid models before v0.20.1; full_context_sessions uses the token figure."
-                % (report.kv_cache_tokens, context_tokens, report.kv_cache_tokens // context_tokens,
-                   report.max_concurrency))
+        warning = figures_disagree(report, context_tokens)
+        if warning:
+            module.warn(warning)
         check_sessions(report, context_tokens, params["min_sessions"])
     except KvCacheError as e:
         module.fail_json(msg=str(e), **result)

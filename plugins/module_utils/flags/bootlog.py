@@ -7,8 +7,8 @@ vLLM 0.9 and later log ``non-default args: {...}`` (a dict repr, read with
 :func:`~shared.pyrepr.parse_repr`) at start-up; the version comes from the banner
 before it, or the ``LLM engine (vX)`` line after it.
 
-Lines are taken apart as :mod:`kv.cache` does (one reading of vLLM's log
-prefix for both): each kind counts only at the start of a message logged by
+Lines are taken apart by :mod:`log.lines`, as the KV cache scan does (one
+reading of vLLM's log prefix for both): each kind counts only at the start of a message logged by
 the file that prints it, so an args line or a banner quoted inside a logged
 prompt is never read.
 """
@@ -22,8 +22,8 @@ from ansible.module_utils.flags.help import FlagTable
 from ansible.module_utils.flags.secrets_mask import mask_value
 from ansible.module_utils.flags.settings import SOURCE_LOG, Setting, Unknown
 from ansible.module_utils.flags.values import format_value
-from ansible.module_utils.kv.cache import LogLines, boot_marker
 from ansible.module_utils.log.ansi import strip_ansi
+from ansible.module_utils.log.lines import LogLines, boot_marker
 from ansible.module_utils.shared.pyrepr import ReprError, parse_repr
 
 _ARGS_MARK = "non-default args: "

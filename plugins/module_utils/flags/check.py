@@ -144,36 +144,27 @@ def _resolve_request(table: FlagTable, name: str, where: str) -> tuple[Flag | No
     return None, dest, option
 
 
-def check(table: FlagTable, version: str | None, settings: dict[str, Setting],
-          unknown: list[Unknown], expect: dict[str, Any] | None, forbid: list[str] | None,
-          context: str = SOURCE_CMDLINE) -> Report:
-    """Compare explicit settings (and the version's defaults) with the wants.
+def _unknown_problem(item: Unknown, version: str | None, who: str) -> Unsupported:
+    """What a word the flag table cannot account for means, in words."""
+    dest = item.flag.lstrip("-").replace("-", "_")
+    hist = FLAG_HISTORY.get(dest)
+    where = "the command line" if item.source == SOURCE_CMDLINE else "the boot log"
+    if item.reason == "unknown":
+        msg = (f"{missing_flag_message(item.flag, dest, version)}, but {where} sets it: "
+               f"{item.evidence}")
+    elif item.reason == "positional":
+        msg = f"unexpected argument {item.evidence!r} on {where} ({who} takes one model)"
+    elif item.reason == "ambiguous":
+        msg = f"{item.flag} on {where} is ambiguous for {who}; spell the flag out"
+    else:
+        msg = f"{item.flag} on {where}: {item.reason} ({item.evidence})"
+    return Unsupported(item.flag, dest if item.reason == "unknown" else None,
+                       item.source, hist.added_in if hist else None, msg)
 
-    ``context`` names where unset flags were looked for, for messages.
-    """
-    expect = dict(expect or {})
-    forbid = list(forbid or [])
-    who = f"vLLM {version}" if version else "this vLLM"
-    mismatches: list[Mismatch] = []
-    unsupported: list[Unsupported] = []
 
-    for item in unknown:
-        dest = item.flag.lstrip("-").replace("-", "_")
-        hist = FLAG_HISTORY.get(dest)
-        where = "the command line" if item.source == SOURCE_CMDLINE else "the boot log"
-        if item.reason == "unknown":
-            msg = (f"{missing_flag_message(item.flag, dest, version)}, but {where} sets it: "
-                   f"{item.evidence}")
-        elif item.reason == "positional":
-            msg = f"unexpected argument {item.evidence!r} on {where} ({who} takes one model)"
-        elif item.reason == "ambiguous":
-            msg = f"{item.flag} on {where} is ambiguous for {who}; spell the flag out"
-        else:
-            msg = f"{item.flag} on {where}: {item.reason} ({item.evidence})"
-        unsupported.append(Unsupported(item.flag, dest if item.reason == "unknown" else None,
-                                       item.source, hist.added_in if hist else None, msg))
-
-    seen: dict[str, str] = {}
+def _wanted(table: FlagTable, version: str | None, expect: dict[str, Any], seen: dict[str, str],
+            unsupported: list[Unsupported]) -> list[tuple[Flag, Any, str]]:
+    """``expect``'s flags with their values typed; a flag this version lacks goes to ``unsupported``."""
     wanted: list[tuple[Flag, Any, str]] = []
     for name, value in expect.items():
         flag, dest, option = _resolve_request(table, name, f"expect.{name}")
@@ -187,7 +178,12 @@ def check(table: FlagTable, version: str | None, settings: dict[str, Setting],
                                            + ("" if hist else "; check the name in expect")))
             continue
         wanted.append((flag, coerce_expected(flag, value, f"expect.{name}"), str(name)))
+    return wanted
 
+
+def _forbidden(table: FlagTable, version: str | None, forbid: list[str], seen: dict[str, str],
+               unsupported: list[Unsupported]) -> list[Flag]:
+    """``forbid``'s flags; a name no version has goes to ``unsupported``."""
     forbidden: list[Flag] = []
     for name in forbid:
         flag, dest, option = _resolve_request(table, name, f"forbid {name}")
@@ -202,36 +198,60 @@ def check(table: FlagTable, version: str | None, settings: dict[str, Setting],
                                            + "; check the name in forbid"))
             continue
         forbidden.append(flag)
+    return forbidden
 
-    for flag, expected, _name in wanted:
-        setting = settings.get(flag.dest)
-        if setting is not None:
-            actual, source = setting.value, setting.source
-            why = (f"{setting.evidence} on the command line" if source == SOURCE_CMDLINE
-                   else setting.evidence)
+
+def _set_by(setting: Setting) -> str:
+    """The words that set ``setting``, and where."""
+    return f"{setting.evidence} on the command line" if setting.source == SOURCE_CMDLINE else setting.evidence
+
+
+def _expect_mismatch(flag: Flag, expected: Any, settings: dict[str, Setting], version: str | None,
+                     context: str) -> Mismatch | None:
+    setting = settings.get(flag.dest)
+    if setting is not None:
+        actual, source, why = setting.value, setting.source, _set_by(setting)
+    else:
+        actual = flag.default if flag.default_known else None
+        source = SOURCE_DEFAULT
+        if not flag.default_known:
+            default = "the help shows no default"
         else:
-            actual = flag.default if flag.default_known else None
-            source = SOURCE_DEFAULT
-            if not flag.default_known:
-                default = "the help shows no default"
-            else:
-                default = f"the vLLM {version} default" if version else "the default"
-            why = f"{default}; {flag.option} is not set on the {context}"
-        if not values_equal(expected, actual):
-            mismatches.append(Mismatch(
-                flag.dest, expected, actual, source, "expect",
-                f"{flag.dest}: expected {format_value(expected)}, running "
-                f"{format_value(actual)} ({why})"))
+            default = f"the vLLM {version} default" if version else "the default"
+        why = f"{default}; {flag.option} is not set on the {context}"
+    if values_equal(expected, actual):
+        return None
+    return Mismatch(flag.dest, expected, actual, source, "expect",
+                    f"{flag.dest}: expected {format_value(expected)}, running {format_value(actual)} ({why})")
 
+
+def check(table: FlagTable, version: str | None, settings: dict[str, Setting],
+          unknown: list[Unknown], expect: dict[str, Any] | None, forbid: list[str] | None,
+          context: str = SOURCE_CMDLINE) -> Report:
+    """Compare explicit settings (and the version's defaults) with the wants.
+
+    ``context`` names where unset flags were looked for, for messages.
+    """
+    expect = dict(expect or {})
+    forbid = list(forbid or [])
+    who = f"vLLM {version}" if version else "this vLLM"
+    unsupported = [_unknown_problem(item, version, who) for item in unknown]
+    seen: dict[str, str] = {}
+    wanted = _wanted(table, version, expect, seen, unsupported)
+    forbidden = _forbidden(table, version, forbid, seen, unsupported)
+
+    mismatches: list[Mismatch] = []
+    for flag, expected, _name in wanted:
+        mismatch = _expect_mismatch(flag, expected, settings, version, context)
+        if mismatch is not None:
+            mismatches.append(mismatch)
     for flag in forbidden:
         setting = settings.get(flag.dest)
         if setting is None:
             continue
-        why = (f"{setting.evidence} on the command line" if setting.source == SOURCE_CMDLINE
-               else setting.evidence)
         mismatches.append(Mismatch(
             flag.dest, None, setting.value, setting.source, "forbid",
-            f"{flag.dest}: must not be set, running {format_value(setting.value)} ({why})"))
+            f"{flag.dest}: must not be set, running {format_value(setting.value)} ({_set_by(setting)})"))
 
     explicit = {dest: s.value for dest, s in settings.items()}
     effective: dict[str, Any] = {}

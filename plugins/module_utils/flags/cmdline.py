@@ -166,6 +166,163 @@ def _merge(original: dict, update: dict) -> None:
             original[key] = value
 
 
+def _inner_command(argv: list[str]) -> list[str] | None:
+    """The command inside a word that holds one (`bash -c "exec vllm serve ..."`)."""
+    for token in argv:
+        if " " in token and "vllm" in token:
+            try:
+                inner = shell_split(token)
+                locate_server_args(inner)
+            except CmdlineError:
+                continue
+            return inner
+    return None
+
+
+class _ArgReader:
+    """Reads a server's arguments word by word, as FlexibleArgumentParser
+    would, into a :class:`ParsedCmdline` (see :func:`parse_cmdline`)."""
+
+    def __init__(self, parsed: ParsedCmdline, table: FlagTable):
+        self.parsed = parsed
+        self.table = table
+        self.args = parsed.args
+        self.masked = mask_argv(self.args, table)
+        self.n = len(self.args)
+        self.i = 0
+        self.dotted: dict[str, tuple[Flag, dict, list[str]]] = {}
+        self.positional_done = False
+        self.only_positional = False
+
+    def put(self, flag: Flag, value: Any, evidence: str) -> None:
+        self.parsed.settings[flag.dest] = Setting(flag.dest, value, evidence)
+
+    def unknown(self, name: str, evidence: str, reason: str = "unknown") -> None:
+        self.parsed.unknown.append(Unknown(name, SOURCE_CMDLINE, evidence, reason))
+
+    def read(self) -> ParsedCmdline:
+        while self.i < self.n:
+            token = self.args[self.i]
+            if token == "--" and not self.only_positional:
+                self.only_positional = True
+                self.i += 1
+            elif self.only_positional or not is_option(token):
+                self.positional(token)
+            else:
+                self.option(token)
+        # FlexibleArgumentParser appends dotted keys as one JSON value after the rest
+        for dest, (_flag, value, evidence) in self.dotted.items():
+            self.parsed.settings[dest] = Setting(dest, value, " ".join(evidence))
+        return self.parsed
+
+    def positional(self, token: str) -> None:
+        table, i = self.table, self.i
+        model = table.flags.get("model_tag") if self.parsed.form == "serve" else None
+        if model is not None and not self.positional_done:
+            self.positional_done = True
+            self.put(model, token, self.masked[i])
+            if "model" in table.flags:
+                self.put(table.flags["model"], token, self.masked[i])
+        else:
+            self.unknown(token, self.masked[i], "positional")
+        self.i += 1
+
+    def option(self, token: str) -> None:
+        name, eq, inline = token.partition("=")
+        if not token.startswith("--") and not eq:
+            name, inline = token, ""
+        name = normalise_option(name)
+        inline_value = inline if eq else None
+        # dotted JSON keys: --compilation-config.mode 3, -cc.mode=3, --x.list+ a,b
+        if "." in name:
+            self.dotted_key(name, inline_value)
+            return
+        flag, negative, candidates = self.table.match_option(name)
+        if flag is None:
+            self.unknown_option(name, inline_value, "ambiguous" if len(candidates) > 1 else "unknown")
+        elif flag.nargs == "0":
+            if inline_value is not None:
+                self.unknown(name, self.masked[self.i], "takes no value")
+            else:
+                self.put(flag, not negative, self.masked[self.i])
+            self.i += 1
+        else:
+            self.valued(flag, name, inline_value)
+
+    def unknown_option(self, name: str, inline_value: str | None, reason: str) -> None:
+        args, i, n = self.args, self.i, self.n
+        evidence = self.masked[i]
+        # an unknown option's value would otherwise pass for the model
+        if inline_value is None and i + 1 < n and not is_option(args[i + 1]) \
+                and (self.positional_done or self.parsed.form != "serve" or i + 2 < n):
+            evidence += " " + self.masked[i + 1]
+            i += 1
+        self.unknown(name, evidence, reason)
+        self.i = i + 1
+
+    def dotted_key(self, name: str, inline_value: str | None) -> None:
+        args, masked, i, n = self.args, self.masked, self.i, self.n
+        base, _, keypath = name.partition(".")
+        flag, _neg, _c = self.table.match_option(base)
+        if flag is None:
+            self.unknown(base, masked[i])
+            self.i = i + 1
+            return
+        evidence = [masked[i]]
+        if inline_value is None:
+            inline_value = args[i + 1] if i + 1 < n else ""
+            evidence.append(masked[i + 1] if i + 1 < n else "")
+            i += 1
+        self.i = i + 1
+        append = keypath.endswith("+")
+        keys = keypath.rstrip("+").split(".")
+        if len(keys) > MAX_DEPTH:
+            self.unknown(base, " ".join(evidence), f"keys nested deeper than {MAX_DEPTH}")
+            return
+        if append:
+            value: Any = inline_value.split(",")
+        else:
+            try:
+                value = load_json(inline_value)
+            except ValueError:
+                value = inline_value
+        entry = self.dotted.setdefault(flag.dest, (flag, {}, []))
+        _merge(entry[1], _nested(keys, value))
+        entry[2].extend(evidence)
+
+    def valued(self, flag: Flag, name: str, inline_value: str | None) -> None:
+        """An option that takes values: inline, the next word, or (nargs + and *) every next word."""
+        args, i, n = self.args, self.i, self.n
+        words = [self.masked[i]]
+        values: list[str] = []
+        if inline_value is not None:
+            values = [inline_value]
+        elif flag.nargs in ("+", "*"):
+            while i + 1 < n and not is_option(args[i + 1]):
+                i += 1
+                values.append(args[i])
+                words.append(self.masked[i])
+        elif i + 1 < n and not is_option(args[i + 1]):
+            i += 1
+            values = [args[i]]
+            words.append(self.masked[i])
+        self.i = i + 1
+        if not values and flag.nargs in (None, "+"):
+            self.unknown(name, words[0], "missing value")
+            return
+        if flag.nargs in ("+", "*"):
+            value: Any = [convert_cli_value(flag, v) for v in values]
+        elif not values:          # nargs "?" with no value: argparse's const
+            value = True
+        else:
+            value = convert_cli_value(flag, values[0])
+        self.put(flag, mask_value(flag.dest, value), " ".join(words))
+        if flag.dest == "model" and self.parsed.form == "serve" and "model_tag" in self.table.flags:
+            # vllm serve moves --model to the positional model_tag
+            self.put(self.table.flags["model_tag"], value, " ".join(words))
+            self.positional_done = True
+
+
 def parse_cmdline(cmdline: Any, table: FlagTable) -> ParsedCmdline:
     """Read a server command line as vLLM's FlexibleArgumentParser would.
 
@@ -178,141 +335,12 @@ def parse_cmdline(cmdline: Any, table: FlagTable) -> ParsedCmdline:
     try:
         launcher, start, form = locate_server_args(argv)
     except CmdlineError:
-        # `bash -c "exec vllm serve ..."`: look inside a word that holds a command
-        for token in argv:
-            if " " in token and "vllm" in token:
-                try:
-                    inner = shell_split(token)
-                    locate_server_args(inner)
-                except CmdlineError:
-                    continue
-                return parse_cmdline(inner, table)
-        raise
+        inner = _inner_command(argv)
+        if inner is None:
+            raise
+        return parse_cmdline(inner, table)
     parsed = ParsedCmdline(argv=argv, launcher_index=launcher, args_index=start, form=form)
-    args = argv[start:]
-    masked = mask_argv(args, table)
-    settings = parsed.settings
-    dotted: dict[str, tuple[Flag, dict, list[str]]] = {}
-    positional_done = False
-    only_positional = False
-    i = 0
-    n = len(args)
-
-    def put(flag: Flag, value: Any, evidence: str):
-        settings[flag.dest] = Setting(flag.dest, value, evidence)
-
-    while i < n:
-        token = args[i]
-        if token == "--" and not only_positional:
-            only_positional = True
-            i += 1
-            continue
-        if only_positional or not is_option(token):
-            model = table.flags.get("model_tag") if form == "serve" else None
-            if model is not None and not positional_done:
-                positional_done = True
-                put(model, token, masked[i])
-                if "model" in table.flags:
-                    put(table.flags["model"], token, masked[i])
-            else:
-                parsed.unknown.append(Unknown(token, SOURCE_CMDLINE, masked[i], "positional"))
-            i += 1
-            continue
-
-        name, eq, inline = token.partition("=")
-        if not token.startswith("--") and not eq:
-            name, inline = token, ""
-        name = normalise_option(name)
-        inline_value = inline if eq else None
-
-        # dotted JSON keys: --compilation-config.mode 3, -cc.mode=3, --x.list+ a,b
-        if "." in name:
-            base, _, keypath = name.partition(".")
-            flag, _neg, _c = table.match_option(base)
-            if flag is None:
-                parsed.unknown.append(Unknown(base, SOURCE_CMDLINE, masked[i]))
-                i += 1
-                continue
-            evidence = [masked[i]]
-            if inline_value is None:
-                inline_value = args[i + 1] if i + 1 < n else ""
-                evidence.append(masked[i + 1] if i + 1 < n else "")
-                i += 1
-            i += 1
-            append = keypath.endswith("+")
-            keys = keypath.rstrip("+").split(".")
-            if len(keys) > MAX_DEPTH:
-                parsed.unknown.append(Unknown(base, SOURCE_CMDLINE, " ".join(evidence),
-                                              f"keys nested deeper than {MAX_DEPTH}"))
-                continue
-            if append:
-                value: Any = inline_value.split(",")
-            else:
-                try:
-                    value = load_json(inline_value)
-                except ValueError:
-                    value = inline_value
-            entry = dotted.setdefault(flag.dest, (flag, {}, []))
-            _merge(entry[1], _nested(keys, value))
-            entry[2].extend(evidence)
-            continue
-
-        flag, negative, candidates = table.match_option(name)
-        if flag is None:
-            reason = "ambiguous" if len(candidates) > 1 else "unknown"
-            evidence = masked[i]
-            # an unknown option's value would otherwise pass for the model
-            if inline_value is None and i + 1 < n and not is_option(args[i + 1]) \
-                    and (positional_done or form != "serve" or i + 2 < n):
-                evidence += " " + masked[i + 1]
-                i += 1
-            parsed.unknown.append(Unknown(name, SOURCE_CMDLINE, evidence, reason))
-            i += 1
-            continue
-
-        words = [masked[i]]
-        if flag.nargs == "0":
-            if inline_value is not None:
-                parsed.unknown.append(Unknown(name, SOURCE_CMDLINE, masked[i], "takes no value"))
-                i += 1
-                continue
-            put(flag, not negative, masked[i])
-            i += 1
-            continue
-
-        values: list[str] = []
-        if inline_value is not None:
-            values = [inline_value]
-        elif flag.nargs in ("+", "*"):
-            while i + 1 < n and not is_option(args[i + 1]):
-                i += 1
-                values.append(args[i])
-                words.append(masked[i])
-        elif i + 1 < n and not is_option(args[i + 1]):
-            i += 1
-            values = [args[i]]
-            words.append(masked[i])
-        i += 1
-
-        if not values and flag.nargs in (None, "+"):
-            parsed.unknown.append(Unknown(name, SOURCE_CMDLINE, words[0], "missing value"))
-            continue
-        if flag.nargs in ("+", "*"):
-            value = [convert_cli_value(flag, v) for v in values]
-        elif not values:          # nargs "?" with no value: argparse's const
-            value = True
-        else:
-            value = convert_cli_value(flag, values[0])
-        put(flag, mask_value(flag.dest, value), " ".join(words))
-        if flag.dest == "model" and form == "serve" and "model_tag" in table.flags:
-            # vllm serve moves --model to the positional model_tag
-            put(table.flags["model_tag"], value, " ".join(words))
-            positional_done = True
-
-    # FlexibleArgumentParser appends dotted keys as one JSON value after the rest
-    for dest, (_flag, value, evidence) in dotted.items():
-        settings[dest] = Setting(dest, value, " ".join(evidence))
-    return parsed
+    return _ArgReader(parsed, table).read()
 
 
 def read_proc_cmdline(pid: int, proc: str = "/proc") -> list[str]:

@@ -21,10 +21,9 @@ from ansible.module_utils.flags.cmdline import ParsedCmdline, parse_cmdline
 from ansible.module_utils.flags.errors import CmdlineError, SourceError
 from ansible.module_utils.flags.help import FlagTable
 from ansible.module_utils.flags.secrets_mask import mask_argv
+from ansible.module_utils.flags.values import JsonBrackets
 from ansible.module_utils.host.systemd import UnitInfo, unit_info
 from ansible.module_utils.shared.pyrepr import MAX_DEPTH
-
-_JSON_SPECIAL = re.compile(r'[\[\]{}"\\]')
 
 
 def _scan_json_words(tokens: list[str], start: int, ends: dict[int, int | None]) -> int:
@@ -34,31 +33,20 @@ def _scan_json_words(tokens: list[str], start: int, ends: dict[int, int | None])
     every later bracket word met outside a string (the same scan answers for
     them), and returns the characters scanned."""
     depth = 0
-    in_string = False
     scanned = 0
+    scan = JsonBrackets()
     open_words: list[list[int]] = []    # [token, depth before it, deepest depth inside]
     for j in range(start, len(tokens)):
         token = tokens[j]
         scanned += len(token) + 1
-        if not in_string and token[:1] in "{[" and j not in ends:
+        if not scan.in_string and token[:1] in "{[" and j not in ends:
             open_words.append([j, depth, depth])
-        escaped = -1        # a backslash at a token's end escapes the joining space
-        for m in _JSON_SPECIAL.finditer(token):
-            at, c = m.start(), m.group(0)
-            if at == escaped:
-                continue
-            if in_string:
-                if c == "\\":
-                    escaped = at + 1
-                elif c == '"':
-                    in_string = False
-            elif c == '"':
-                in_string = True
-            elif c in "[{":
+        for c in scan.brackets(token):
+            if c in "[{":
                 depth += 1
                 if open_words and depth > open_words[-1][2]:
                     open_words[-1][2] = depth
-            elif c in "]}":
+            else:
                 depth -= 1
                 if open_words and depth == open_words[-1][1]:
                     word, before, deepest = open_words.pop()

@@ -6,7 +6,9 @@
 :func:`convert_cli_value` types one command-line word from its
 :class:`~flags.help.Flag`; the ``to_*`` helpers type a value an operator wrote;
 :func:`format_value` spells a value the YAML way for messages;
-:func:`load_json` reads JSON no deeper than :data:`~shared.pyrepr.MAX_DEPTH`.
+:func:`load_json` reads JSON no deeper than :data:`~shared.pyrepr.MAX_DEPTH`;
+:class:`JsonBrackets` finds JSON's brackets outside its strings, for
+:func:`json_depth` and for the unit drift's split JSON words.
 
 The ``to_*`` helpers and :func:`load_json` raise ValueError, and nothing else,
 for their callers to catch; the other functions never raise.
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Iterator
 
 from ansible.module_utils.flags.help import Flag
 from ansible.module_utils.shared.pyrepr import MAX_DEPTH
@@ -85,29 +87,43 @@ def to_float(value: Any) -> float:
 _JSON_SPECIAL = re.compile(r'[\[\]{}"\\]')
 
 
+class JsonBrackets:
+    """The brackets of JSON text outside its strings, in one pass over the
+    text fed in pieces, in order (a string may go on from one piece into the
+    next: ``in_string`` says whether one is open between pieces)."""
+
+    def __init__(self) -> None:
+        self.in_string = False
+
+    def brackets(self, text: str) -> Iterator[str]:
+        """Each ``[``, ``]``, ``{`` and ``}`` of ``text`` that stands outside a string."""
+        escaped = -1        # a backslash at a piece's end escapes what joins it to the next
+        for m in _JSON_SPECIAL.finditer(text):
+            at, c = m.start(), m.group(0)
+            if at == escaped:
+                continue
+            if self.in_string:
+                if c == "\\":
+                    escaped = at + 1
+                elif c == '"':
+                    self.in_string = False
+            elif c == '"':
+                self.in_string = True
+            elif c != "\\":
+                yield c
+
+
 def json_depth(text: str, limit: int = MAX_DEPTH) -> int:
     """How deep the brackets of JSON ``text`` nest, counting no further than
     ``limit + 1`` (one pass; brackets inside strings do not count)."""
     depth = deepest = 0
-    in_string = False
-    escaped = -1
-    for m in _JSON_SPECIAL.finditer(text):
-        at, c = m.start(), m.group(0)
-        if at == escaped:
-            continue
-        if in_string:
-            if c == "\\":
-                escaped = at + 1
-            elif c == '"':
-                in_string = False
-        elif c == '"':
-            in_string = True
-        elif c in "[{":
+    for c in JsonBrackets().brackets(text):
+        if c in "[{":
             depth += 1
             deepest = max(deepest, depth)
             if deepest > limit:
                 break
-        elif c in "]}":
+        else:
             depth -= 1
     return deepest
 

@@ -1,2 +1,2 @@
 """What programs print, read as text: terminal escape sequences stripped from
-captured output (ansi)."""
+captured output (ansi), vLLM's log lines taken apart (lines)."""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import vllm_kv_cache_info as module
-from ansible.module_utils.kv import cache as kv
+from ansible.module_utils.kv import sources
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -224,7 +224,7 @@ def test_unreadable_path(run_module, tmp_path, monkeypatch):
         # Tests may run as root, who can read mode 0 files.
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(kv, "open", denied, raising=False)
+    monkeypatch.setattr(sources, "open", denied, raising=False)
     result = run_module(module, {"path": str(path)})
     assert result["msg"] == ("cannot read %s: Permission denied. Run the task with become: true or make the log "
                              "readable by the connecting user." % path)

@@ -11,7 +11,7 @@ vllm-cpu-0.32-ray) and tests/hostile.py:
   or refused, never read as other args;
 - time linear in the input.
 
-The request-logger shapes are those of test_vllm_kv_cache_properties.py
+The request-logger shapes are those of kv/test_scanner_properties.py
 (vLLM's format strings in vllm/entrypoints/logger.py).
 """
 from __future__ import annotations
@@ -208,7 +208,7 @@ BUILDS = {
 
 @pytest.mark.parametrize("name", sorted(BUILDS))
 def test_parse_time_is_linear(name):
-    # As in test_vllm_kv_cache_properties.py: 128 KiB to 1 MiB, and a MiB
+    # As in kv/test_scanner_properties.py: 128 KiB to 1 MiB, and a MiB
     # done within FLOOR_S passes (a busy machine's pause is no finding).
     hostile.assert_linear(lambda line: boot_of([line]), BUILDS[name], small=SMALL_INPUT, floor_s=FLOOR_S)
 

