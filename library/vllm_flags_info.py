@@ -283,11 +283,6 @@ help_cached:
   returned: always
   type: bool
   sample: true
-changed:
-  description: Always false; the module only reads.
-  returned: always
-  type: bool
-  sample: false
 """
 
 import os

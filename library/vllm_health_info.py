@@ -150,8 +150,8 @@ root_cause:
   sample: "ValueError: current platform cpu does not support ray."
 waited_s:
   description:
-    - Seconds from the first probe's start to the last one's end; a single probe's own time without O(wait_s).
-    - On a failure, the time until it.
+    - Seconds from the first /health probe's start to the last one's end; one probe's own time without O(wait_s).
+    - On a failure, the time until the failing probe ended.
   returned: always
   type: float
   sample: 12.504

@@ -255,11 +255,6 @@ source:
   returned: always
   type: str
   sample: "journal of vllm.service, invocation 3f1c0e8d2a6b4b1f9e0d5c7a8b9f0e1d"
-changed:
-  description: Always false; the module only reads.
-  returned: always
-  type: bool
-  sample: false
 """
 
 from ansible.module_utils.basic import AnsibleModule
