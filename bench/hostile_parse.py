@@ -18,8 +18,8 @@ documented exception (one its module defines): that is timed like a result
 and shown as "refused". Sizes count characters (bytes for bytes input).
 
 Target: 10 MiB in seconds, not minutes, and linear. The exit status is 1 if
-any row's ratio exceeds 24 (unless its full-size run took under --floor-s, the
-timer-noise floor of assert_linear), if any run at full size takes over 60 s,
+any row's ratio exceeds 24 (unless its full-size run took under --noise-s, the
+timer-noise bound of assert_linear), if any run at full size takes over 60 s,
 or if a parser raised an exception it does not document; else 0.
 
 Usage:
@@ -264,7 +264,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mib", type=float, default=10.0, help="full input size in MiB (default 10)")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs per size; the median is shown (default 3)")
-    ap.add_argument("--floor-s", type=float, default=0.05,
+    ap.add_argument("--noise-s", type=float, default=0.05,
                     help="a full-size median under this passes whatever the ratio: timer noise (default 0.05, "
                          "as assert_linear)")
     ap.add_argument("-k", dest="match", default="",
@@ -316,7 +316,7 @@ def main() -> int:
                 verdict.append("SLOW")
         ratio = s_full / max(s_small, 1e-9)
         if not verdict and ratio > RATIO_BOUND:
-            verdict.append("NOT LINEAR" if s_full >= args.floor_s else "ok (ratio is noise under %g s)" % args.floor_s)
+            verdict.append("NOT LINEAR" if s_full >= args.noise_s else "ok (ratio is noise under %g s)" % args.noise_s)
         failed = any(not v.startswith("ok") for v in verdict)
         failures += failed
         if not verdict:

@@ -212,13 +212,13 @@ def cut_points(line: str, step: int = 1) -> t.Iterator[str]:
 
 def assert_linear(fn: t.Callable[[t.Any], t.Any], build: t.Callable[[int], t.Any],
                   small: int = 256 * 1024, factor: int = 8, bound: float = 24.0,
-                  floor_s: float = 0.05) -> None:
+                  noise_s: float = 0.05) -> None:
     """``fn(build(n))`` grows about linearly with ``n``.
 
     Times ``small`` and ``small * factor`` (best of three each, in one run), in
     the CPU time of the calling thread: ``fn`` must do its work in that thread.
     Linear growth gives a ratio near ``factor``, quadratic near ``factor**2``;
-    the test fails past ``bound``. A large input done within ``floor_s`` of
+    the test fails past ``bound``. A large input done within ``noise_s`` of
     CPU passes whatever the ratio (timer noise)."""
     def best(n: int) -> float:
         data = build(n)
@@ -251,7 +251,7 @@ def assert_linear(fn: t.Callable[[t.Any], t.Any], build: t.Callable[[int], t.Any
         t_small = min(t_small, best(small))
         t_large = min(t_large, best(small * factor))
         ratio = t_large / max(t_small, 1e-6)
-        if t_large <= floor_s or ratio < bound:
+        if t_large <= noise_s or ratio < bound:
             return
     raise AssertionError(f"{small * factor} chars took {t_large:.3f} s of CPU, {ratio:.1f}x the time of "
                          f"{small} chars ({t_small:.4f} s) at best in five rounds: not linear")

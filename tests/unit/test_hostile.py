@@ -17,7 +17,7 @@ def quadratic(text: str) -> int:
 
 def test_a_quadratic_function_fails():
     with pytest.raises(AssertionError, match="not linear"):
-        assert_linear(quadratic, lambda n: "a" * n, small=200, floor_s=0.001)
+        assert_linear(quadratic, lambda n: "a" * n, small=200, noise_s=0.001)
 
 
 def test_a_quadratic_regex_fails():
@@ -25,11 +25,11 @@ def test_a_quadratic_regex_fails():
     # of spaces from each start position (about 66x at 1,000 and 8,000 spaces)
     rescan = re.compile(r"[ \t]+x").search
     with pytest.raises(AssertionError, match="not linear"):
-        assert_linear(rescan, lambda n: " " * n, small=1000, floor_s=0.001)
+        assert_linear(rescan, lambda n: " " * n, small=1000, noise_s=0.001)
 
 
 def test_a_linear_function_passes():
-    assert_linear(lambda text: text.count("a"), lambda n: "a" * n, small=1_000_000, floor_s=0.001)
+    assert_linear(lambda text: text.count("a"), lambda n: "a" * n, small=1_000_000, noise_s=0.001)
 
 
 def test_time_off_the_cpu_does_not_count():
@@ -42,4 +42,4 @@ def test_time_off_the_cpu_does_not_count():
         time.sleep(0.1 * (len(text) / (8 * small)) ** 2)
         return sum(1 for _ in text)
 
-    assert_linear(preempted, lambda n: "a" * n, small=small, floor_s=0.001)
+    assert_linear(preempted, lambda n: "a" * n, small=small, noise_s=0.001)

@@ -210,7 +210,7 @@ BUILDS = {
 def test_parse_time_is_linear(name):
     # As in kv/test_scanner_properties.py: 128 KiB to 1 MiB, and a MiB
     # done within FLOOR_S passes (a busy machine's pause is no finding).
-    hostile.assert_linear(lambda line: boot_of([line]), BUILDS[name], small=SMALL_INPUT, floor_s=FLOOR_S)
+    hostile.assert_linear(lambda line: boot_of([line]), BUILDS[name], small=SMALL_INPUT, noise_s=FLOOR_S)
 
 
 def test_a_huge_line_is_cut_and_the_numbering_kept(tmp_path):

@@ -13,4 +13,4 @@ from kv_logs import BUILDS
 @pytest.mark.parametrize("name", sorted(BUILDS))
 def test_diagnosis_time_is_linear(name):
     hostile.assert_linear(lambda text: diagnose_chunks(text_chunks(text)), BUILDS[name], small=SMALL_INPUT,
-                          floor_s=FLOOR_S)
+                          noise_s=FLOOR_S)

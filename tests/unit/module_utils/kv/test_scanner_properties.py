@@ -429,7 +429,7 @@ def test_a_cut_line_never_gives_a_larger_figure(line):
 
 @pytest.mark.parametrize("name", sorted(BUILDS))
 def test_scan_time_is_linear(name):
-    hostile.assert_linear(scan_text, BUILDS[name], small=SMALL_INPUT, floor_s=FLOOR_S)
+    hostile.assert_linear(scan_text, BUILDS[name], small=SMALL_INPUT, noise_s=FLOOR_S)
 
 
 def test_a_long_line_fed_in_small_chunks_is_linear():
@@ -440,4 +440,4 @@ def test_a_long_line_fed_in_small_chunks_is_linear():
         scanner.close()
 
     hostile.assert_linear(feed, lambda n: b"x" * n + b"\nGPU KV cache size: 1 tokens\n", small=SMALL_INPUT,
-                          floor_s=FLOOR_S)
+                          noise_s=FLOOR_S)
