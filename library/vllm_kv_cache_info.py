@@ -260,7 +260,7 @@ source:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.host.systemd import parse_show, show_argv
 from ansible.module_utils.kv.errors import CapacityNotFoundError, KvCacheError, OptionError, SourceError
-from ansible.module_utils.kv.not_found import diagnose_chunks, not_found_message
+from ansible.module_utils.kv.not_found import gather_hints, not_found_message
 from ansible.module_utils.kv.scanner import scan_chunks
 from ansible.module_utils.kv.sessions import check_options, check_sessions, figures_disagree
 from ansible.module_utils.kv.sources import command_chunks, file_chunks, text_chunks, unit_invocation
@@ -332,7 +332,7 @@ def main():
         report = scan_chunks(chunks(), description)
         result.update(report.as_result(context_tokens))
         if not report.found and params["required"]:
-            diagnosis = diagnose_chunks(chunks(report.boot_offset))
+            diagnosis = gather_hints(chunks(report.boot_offset))
             raise CapacityNotFoundError(not_found_message(report, diagnosis, description))
         warning = figures_disagree(report, context_tokens)
         if warning:

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Why the latest boot has no capacity line: :func:`diagnose_chunks` gathers
+"""Why the latest boot has no capacity line: :func:`gather_hints` collects
 the hints (a failed start, a worker node's log, Ray still waiting) and
 :func:`not_found_message` says what was searched and what to do next.
 
@@ -32,11 +32,11 @@ _RAY_NODE = re.compile(r"Ray runtime started|\bray start\b|\braylet\b")
 _HEAD = re.compile(r"\((?:APIServer|EngineCore\w*) pid=|vLLM API server version|non-default args|"
                    r"Initializing an? (?:V1 )?LLM engine")
 _PENDING = re.compile(r"Waiting for creating a placement group")
-_DIAG_KEEP = 3
+_HINTS_KEPT = 3
 
 
 @dataclasses.dataclass
-class Diagnosis:
+class MissingPoolHints:
     """Hints from the latest boot that explain a missing capacity line."""
 
     failed: t.List[str] = dataclasses.field(default_factory=list)
@@ -65,7 +65,7 @@ class Diagnosis:
             self.head_lines = True
         if "ERROR" in line or "ailed" in line or "Traceback" in line or "Error" in line:
             if _FAILED.search(line) or _ERROR_LEVEL.search(line):
-                if len(self.failed) < _DIAG_KEEP:
+                if len(self.failed) < _HINTS_KEPT:
                     self.failed.append(short)
             if self.root_cause is None:
                 m = _EXC.search(line)
@@ -74,22 +74,22 @@ class Diagnosis:
         if "headless" in line or "rank" in line:
             if ("--headless" in line or "headless multiproc" in line or "headless mode" in line
                     or _NODE_RANK.search(line)):
-                if len(self.worker_node) < _DIAG_KEEP:
+                if len(self.worker_node) < _HINTS_KEPT:
                     self.worker_node.append(short)
         m = _WORKER_TP.search(line)
         if m:
             self.tp_ranks.add(int(m.group(1)))
         if RAY_WORKER.search(line):
             self.ray_worker_lines = True
-        if _RAY_NODE.search(line) and len(self.ray_only) < _DIAG_KEEP:
+        if _RAY_NODE.search(line) and len(self.ray_only) < _HINTS_KEPT:
             self.ray_only.append(short)
-        if _PENDING.search(line) and len(self.pending) < _DIAG_KEEP:
+        if _PENDING.search(line) and len(self.pending) < _HINTS_KEPT:
             self.pending.append(short)
 
 
-def diagnose_chunks(chunks: t.Iterable[bytes]) -> Diagnosis:
+def gather_hints(chunks: t.Iterable[bytes]) -> MissingPoolHints:
     """Line-by-line pass (slow path, failure only) over the latest boot."""
-    diag = Diagnosis()
+    hints = MissingPoolHints()
     carry = b""
     for chunk in chunks:
         data = carry + chunk
@@ -100,10 +100,10 @@ def diagnose_chunks(chunks: t.Iterable[bytes]) -> Diagnosis:
             carry = b""
         for raw in lines:
             for seg in raw.decode("utf-8", "replace").split("\r"):
-                diag.add(seg)
+                hints.add(seg)
     if carry:
-        diag.add(carry.decode("utf-8", "replace"))
-    return diag
+        hints.add(carry.decode("utf-8", "replace"))
+    return hints
 
 
 def _quote(line: str, limit: int = 200) -> str:
@@ -111,7 +111,7 @@ def _quote(line: str, limit: int = 200) -> str:
     return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
-def not_found_message(report: KvCacheReport, diag: Diagnosis, source: str) -> str:
+def not_found_message(report: KvCacheReport, hints: MissingPoolHints, source: str) -> str:
     """Say what was searched, what the log looks like and what to do next."""
     where = "the latest boot of %s" % source if report.boot_offset else source
     parts = [
@@ -120,27 +120,27 @@ def not_found_message(report: KvCacheReport, diag: Diagnosis, source: str) -> st
         % (where, report.bytes_read,
            ", latest boot from byte %d" % report.boot_offset if report.boot_offset else "")
     ]
-    if diag.looks_like_worker_node:
-        if diag.worker_node:
-            seen = "this looks like a worker node's log (%s)" % _quote(diag.worker_node[0])
-        elif diag.ray_only:
+    if hints.looks_like_worker_node:
+        if hints.worker_node:
+            seen = "this looks like a worker node's log (%s)" % _quote(hints.worker_node[0])
+        elif hints.ray_only:
             seen = "this looks like a Ray node's own `ray start` output, not a vLLM server log (%s)" % (
-                _quote(diag.ray_only[0]))
+                _quote(hints.ray_only[0]))
         else:
             seen = "this looks like a worker node's log (only Ray worker or Worker_TP1+ output)"
         parts.append(
             "On a multi-node deployment %s: only the node that runs the engine core prints the "
             "line. Read the head node's log instead (node rank 0, where `vllm serve` runs "
             "without --headless)." % seen)
-    if diag.failed:
+    if hints.failed:
         parts.append(
             "The engine failed to start: %s. Fix that and restart vLLM; the capacity line is "
-            "printed once the KV cache has been allocated." % _quote(diag.root_cause or diag.failed[0], 400))
-    elif diag.pending:
+            "printed once the KV cache has been allocated." % _quote(hints.root_cause or hints.failed[0], 400))
+    elif hints.pending:
         parts.append(
             "The engine was still waiting for Ray resources (%s): check `ray status` on the "
-            "head node and that every node joined the cluster." % _quote(diag.pending[-1]))
-    elif not diag.looks_like_worker_node:
+            "head node and that every node joined the cluster." % _quote(hints.pending[-1]))
+    elif not hints.looks_like_worker_node:
         parts.append(
             "The engine may still be starting (the line follows model loading and memory "
             "profiling), or this is not the vLLM server's output. Wait for startup to finish, "

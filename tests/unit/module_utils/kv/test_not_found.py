@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.kv.not_found import diagnose_chunks, not_found_message
+from ansible.module_utils.kv.not_found import gather_hints, not_found_message
 from ansible.module_utils.kv.scanner import scan_text
 from ansible.module_utils.kv.sources import file_chunks, text_chunks
 from kv_logs import BOOTLOGS, CPU, RAY, concat, parse
@@ -15,7 +15,7 @@ from kv_logs import BOOTLOGS, CPU, RAY, concat, parse
 def explain(path: Path) -> str:
     report = parse(path)
     assert not report.found
-    diag = diagnose_chunks(file_chunks(str(path), report.boot_offset))
+    diag = gather_hints(file_chunks(str(path), report.boot_offset))
     return not_found_message(report, diag, path.name)
 
 
@@ -65,7 +65,7 @@ def test_not_found_messages(path, parts, absent):
 def test_not_found_message_names_the_latest_boot():
     text = concat(CPU / "boot-04-scheduler-flags-blocks-override-40.log", CPU / "boot-05-tp2-mp-autobind-FAIL.log")
     report = scan_text(text)
-    diag = diagnose_chunks(text_chunks(text, report.boot_offset))
+    diag = gather_hints(text_chunks(text, report.boot_offset))
     msg = not_found_message(report, diag, "content")
     assert re.match(r"No KV cache capacity line in the latest boot of content \(searched %d bytes, latest boot "
                     r"from byte %d for" % (len(text.encode()), report.boot_offset), msg)

@@ -29,7 +29,7 @@ from pathlib import Path
 import hostile
 import pytest
 from ansible.module_utils.kv.errors import KvCacheError, NotEnoughSessionsError
-from ansible.module_utils.kv.not_found import diagnose_chunks, not_found_message
+from ansible.module_utils.kv.not_found import gather_hints, not_found_message
 from ansible.module_utils.kv.pool import KvCacheReport
 from ansible.module_utils.kv.scanner import KvCacheScanner, scan_chunks, scan_text
 from ansible.module_utils.kv.sessions import check_sessions
@@ -340,7 +340,7 @@ def test_any_text_raises_only_kv_cache_error(text):
 def test_any_bytes_in_any_chunking_raise_only_kv_cache_error(data, size):
     chunks = [data[i:i + size] for i in range(0, len(data), size)]
     hostile.raises_only(KvCacheError, scan_chunks, chunks)
-    diag = diagnose_chunks(chunks)
+    diag = gather_hints(chunks)
     report = KvCacheReport(bytes_read=len(data))
     assert not_found_message(report, diag, "x").startswith("No KV cache capacity line in x")
 
