@@ -1,0 +1,179 @@
+# -*- coding: utf-8 -*-
+# Copyright: vllm-fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Versioned installs side by side: each install's folder name, and which
+folders an upgrade keeps.
+
+An upgrade installs the candidate (vLLM, Ray and torch pins, or the model)
+next to the running install, each in a folder of its own, so that a rollback
+is a restart onto the old folder. This module holds the pure part:
+
+- ``install_id``: ``<package>-<version>-<10 hex>``, the hash over the package,
+  the version and the normalised pins, so that the same pins always name the
+  same folder and any pin change a new one;
+- ``prune_plan``: which folders stay (the running install, the candidate, the
+  ``keep`` newest others as rollback targets) and which go, with the bytes
+  each side takes.
+
+Standard library only; nothing here raises but ``InstallsError``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import typing as t
+
+# PEP 503/508: a project name, and its normal form.
+PACKAGE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+MAX_PACKAGE = 100
+# A PEP 440 version as a folder may hold it (local versions too: 0.32.0+cpu).
+VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]*")
+MAX_VERSION = 64
+HASH_CHARS = 10
+# What install_id returns, and so the only folders prune_plan may remove.
+INSTALL_ID = re.compile(r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?-[A-Za-z0-9][A-Za-z0-9.+!_-]*-[0-9a-f]{%d}" % HASH_CHARS)
+MAX_ID = MAX_PACKAGE + MAX_VERSION + HASH_CHARS + 2
+# A lock file is some kB; a pin list of thousands is no install's.
+MAX_REQUIREMENTS = 1 << 20
+MAX_PINS = 10000
+MAX_KEEP = 20
+MAX_INSTALLS = 1000
+MAX_BYTES = 2 ** 63
+_SEPARATORS = re.compile(r"[-_.]+")
+# pip's comment: a '#' at a line's start or after whitespace ('#egg=' in a URL is none).
+_COMMENT = re.compile(r"(?:^|\s)#.*")
+_PIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+class InstallsError(ValueError):
+    """A package, version, pin list or folder listing that cannot be used; the message says what to check."""
+
+
+def _shown(value: t.Any, limit: int = 60) -> str:
+    """``value`` for a message, cut at ``limit``: an int past 64 bits by its size
+    (repr() refuses past 4,300 digits), a container by its type."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        text = "an integer of %d bits" % value.bit_length()
+    elif value is None or isinstance(value, (str, bool, int, float)):
+        text = repr(value)
+    else:
+        text = "a %s" % type(value).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def normal_name(name: str) -> str:
+    """A project name's PEP 503 form: lower case, each run of '-', '_' and '.' one '-'."""
+    return _SEPARATORS.sub("-", name).lower()
+
+
+def _checked(package: t.Any, version: t.Any) -> t.Tuple[str, str]:
+    if not isinstance(package, str) or len(package) > MAX_PACKAGE or not PACKAGE.fullmatch(package) \
+            or ".." in package:
+        raise InstallsError("the package %s is no project name: letters, digits, '-', '_' and '.', starting and"
+                            " ending with a letter or digit, at most %d characters" % (_shown(package), MAX_PACKAGE))
+    if not isinstance(version, str) or len(version) > MAX_VERSION or not VERSION.fullmatch(version) \
+            or ".." in version:
+        raise InstallsError("the version %s of %s is no version: letters, digits, '.', '+', '!', '_' and '-',"
+                            " starting with a letter or digit, no '..', at most %d characters (e.g. 0.32.0+cpu)"
+                            % (_shown(version), package, MAX_VERSION))
+    return normal_name(package), version
+
+
+def normal_pins(requirements: t.Union[str, t.Sequence[str]]) -> t.List[str]:
+    """The pins of a lock file's text or a list of ``name==version`` lines,
+    normalised: continuations joined, comments and blank lines dropped,
+    whitespace removed, each name in its PEP 503 form, sorted, each once."""
+    texts = [requirements] if isinstance(requirements, str) else requirements
+    if not isinstance(texts, (list, tuple)) or len(texts) > MAX_PINS or not all(isinstance(r, str) for r in texts):
+        raise InstallsError("the requirements must be a lock file's text or a list of at most %d 'name==version'"
+                            " strings, got %s" % (MAX_PINS, _shown(requirements)))
+    size = sum(len(text) for text in texts)
+    if size > MAX_REQUIREMENTS:
+        raise InstallsError("the requirements are %d characters, over %d: pass the lock file's pins"
+                            % (size, MAX_REQUIREMENTS))
+    pins = set()
+    for text in texts:
+        for line in re.sub(r"\\\r?\n", " ", text).splitlines():
+            pin = "".join(_COMMENT.sub("", line).split())
+            name = _PIN_NAME.match(pin)
+            if name:  # an option line ('--hash=', '-e') stays as written, less its whitespace
+                pin = normal_name(name.group(0)) + pin[name.end():]
+            if pin:
+                pins.add(pin)
+    return sorted(pins)
+
+
+def install_id(package: str, version: str, requirements: t.Union[str, t.Sequence[str]]) -> str:
+    """The folder name of one install: ``<package>-<version>-<10 hex of sha256>``."""
+    name, version = _checked(package, version)
+    pins = normal_pins(requirements)
+    digest = hashlib.sha256(json.dumps([name, version, pins]).encode("utf-8")).hexdigest()
+    return "%s-%s-%s" % (name, version, digest[:HASH_CHARS])
+
+
+def _valid_id(value: t.Any, what: str) -> str:
+    if not isinstance(value, str) or len(value) > MAX_ID or not INSTALL_ID.fullmatch(value) or ".." in value:
+        raise InstallsError("%s %s is no install id: <package>-<version>-<%d hex>, as install_id() names a folder"
+                            % (what, _shown(value), HASH_CHARS))
+    return value
+
+
+def _listing(installs: t.Any) -> t.Dict[str, dict]:
+    """``installs`` by id, each checked: what the installs folder holds."""
+    if not isinstance(installs, (list, tuple)) or len(installs) > MAX_INSTALLS:
+        raise InstallsError("installs must be a list of {id, bytes, mtime} objects (the installs folder's"
+                            " entries), got %s" % _shown(installs))
+    by_id: t.Dict[str, dict] = {}
+    for i, item in enumerate(installs):
+        if not isinstance(item, dict) or not {"id", "bytes", "mtime"} <= set(item):
+            raise InstallsError("installs[%d] must be an object with id, bytes and mtime, got %s" % (i, _shown(item)))
+        key = _valid_id(item["id"], "installs[%d]'s id" % i)
+        if key in by_id:
+            raise InstallsError("installs names %s twice: list each folder once" % _shown(key))
+        size, mtime = item["bytes"], item["mtime"]
+        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size < MAX_BYTES:
+            raise InstallsError("install %s's bytes is %s: a size is a whole number of bytes from 0 to 2**63 - 1"
+                                % (key, _shown(size)))
+        # Compared, not float()ed: an int past float's range would raise OverflowError; nan fails both.
+        if isinstance(mtime, bool) or not isinstance(mtime, (int, float)) or not -1e12 < mtime < 1e12:
+            raise InstallsError("install %s's mtime is %s: a modification time is finite seconds since the epoch"
+                                " (under 1e12)"
+                                % (key, _shown(mtime)))
+        by_id[key] = {"id": key, "bytes": size, "mtime": float(mtime)}
+    return by_id
+
+
+def prune_plan(installs: t.Sequence[dict], current: str, candidate: t.Optional[str] = None,
+               keep: int = 2) -> dict:
+    """Which install folders stay and which go.
+
+    ``current`` (the running install, which must be listed) and ``candidate``
+    (the one being installed, listed or not yet) always stay; of the others,
+    the ``keep`` newest by mtime stay as rollback targets (ties: by id), and
+    the rest go. Returns ``{keep, remove, bytes_kept, bytes_freed, reason}``,
+    ``reason`` saying for each listed id why."""
+    by_id = _listing(installs)
+    _valid_id(current, "current")
+    if current not in by_id:
+        raise InstallsError("current %s is not among the %d listed installs: list the installs folder again, and"
+                            " check that the running engine's install is the one named" % (current, len(by_id)))
+    if candidate is not None:
+        _valid_id(candidate, "candidate")
+    if isinstance(keep, bool) or not isinstance(keep, int) or not 0 <= keep <= MAX_KEEP:
+        raise InstallsError("keep must be a whole number of rollback targets from 0 to %d, got %s"
+                            % (MAX_KEEP, _shown(keep)))
+    reason = {current: "the running install"}
+    if candidate in by_id and candidate != current:
+        reason[candidate] = "the candidate"
+    pinned = list(reason)
+    others = sorted((i for i in by_id.values() if i["id"] not in reason), key=lambda i: (-i["mtime"], i["id"]))
+    kept = [i["id"] for i in others[:keep]]
+    removed = [i["id"] for i in others[keep:]]
+    for n, key in enumerate(kept, 1):
+        reason[key] = "rollback target %d of %d (newest first)" % (n, keep)
+    for key in removed:
+        reason[key] = "older than the %d newest rollback targets: frees %d bytes" % (keep, by_id[key]["bytes"])
+    stays = pinned + kept
+    return {"keep": stays, "remove": removed, "bytes_kept": sum(by_id[k]["bytes"] for k in stays),
+            "bytes_freed": sum(by_id[k]["bytes"] for k in removed), "reason": reason}
