@@ -244,3 +244,14 @@ def test_compare_refuses_a_tolerance(tolerance):
 def test_compare_refuses_what_is_no_recording_or_replay(old, new, match):
     with pytest.raises(g.GoldenError, match=match):
         g.compare(recording() if old == "rec" else old, new)
+
+
+def test_a_golden_set_at_every_limit_round_trips():
+    # The widest escapes json.dumps writes: a surrogate pair (12 characters) for one character.
+    wide = "\U0001f600"
+    sample = g.Sample(wide * g.MAX_PROMPT, tuple(range(g.TOKEN_ID_LIMIT - g.MAX_TOKENS, g.TOKEN_ID_LIMIT)),
+                      (-1.2345678901234567e-05,) * g.MAX_TOKENS, wide * g.MAX_TEXT)
+    big = g.Golden("0.32.0", "m" * 1024, RECORDED_AT, (sample,) * g.MAX_SAMPLES)
+    text = g.golden_to_json(big)
+    assert len(text) <= g.MAX_GOLDEN
+    assert g.golden_from_json(text) == big
