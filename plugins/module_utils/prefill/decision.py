@@ -29,12 +29,12 @@ The rule, in short:
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
 import math
 import typing as t
 
 from ansible.module_utils.prefill.errors import PrefillError, brief, shown
+from ansible.module_utils.shared.isotime import iso_timestamp
 
 GROUP_SIZE = 4
 MIN_GROUPS = 2
@@ -116,12 +116,8 @@ def _check_baseline(b: Baseline) -> None:
         if not isinstance(value, str) or not value.strip():
             raise PrefillError("baseline %s must be a non-empty string, got %s" % (name, brief(value)))
     try:
-        # ASCII: fromisoformat() would read other digits; timestamp() is what
-        # the module compares with the unit's start, and fails on year 1.
-        if not b.recorded_at.isascii():
-            raise ValueError("not ASCII")
-        datetime.datetime.fromisoformat(b.recorded_at).timestamp()
-    except (ValueError, OverflowError, OSError):
+        iso_timestamp(b.recorded_at)
+    except ValueError:
         raise PrefillError("baseline recorded_at %s is not an ISO 8601 time (e.g. 2026-12-01T03:30:00+00:00)"
                            % brief(b.recorded_at)) from None
     if (isinstance(b.prompt_tokens, bool) or not isinstance(b.prompt_tokens, int)
