@@ -15,7 +15,7 @@ last bit, so the tolerance is for versions whose kernels differ.
 
 A response and a golden file are read as hostile text: a size limit, a depth
 limit, no key twice, no number past float's range, every figure checked.
-Standard library only, besides the shared ISO time reader; nothing here raises but ``GoldenError``.
+Standard library only, besides the shared ISO time reader and message quoting; nothing here raises but ``GoldenError``.
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ import re
 import typing as t
 
 from ansible.module_utils.shared.isotime import iso_timestamp
+from ansible.module_utils.shared.numeric import brief, quoted
 
 SCHEMA = 1
 MAX_SAMPLES = 64
@@ -57,19 +58,6 @@ class GoldenError(ValueError):
     """A request, response, golden file or tolerance that cannot be used; the message says what to check."""
 
 
-def _shown(value: t.Any, limit: int = 40) -> str:
-    """``value`` for a message: short whatever its size or type."""
-    if isinstance(value, str):
-        return "'%s'" % (repr(value[:limit])[1:-1] + ("..." if len(value) > limit else ""))
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
-        return "an integer of %d bits" % value.bit_length()
-    if value is None or isinstance(value, (bool, int, float)):
-        return repr(value)
-    if isinstance(value, (list, tuple, dict)):
-        return "a %s of %d" % (type(value).__name__, len(value))
-    return "a %s" % type(value).__name__
-
-
 # --- the golden request ------------------------------------------------------------------
 
 def request_body(model: str, prompt: str, max_tokens: int = 16) -> dict:
@@ -79,10 +67,10 @@ def request_body(model: str, prompt: str, max_tokens: int = 16) -> dict:
     for name, value, limit in (("model", model, 1024), ("prompt", prompt, MAX_PROMPT)):
         if not isinstance(value, str) or not value.strip() or len(value) > limit:
             raise GoldenError("the golden request's %s must be a non-empty string of at most %d characters, got %s"
-                              % (name, limit, _shown(value)))
+                              % (name, limit, brief(value)))
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= MAX_TOKENS:
         raise GoldenError("the golden request's max_tokens must be an integer from 1 to %d, got %s"
-                          % (MAX_TOKENS, _shown(max_tokens)))
+                          % (MAX_TOKENS, brief(max_tokens)))
     return {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
             "logprobs": 1, "return_tokens_as_token_ids": True}
 
@@ -98,14 +86,14 @@ def _unique_keys(pairs: t.List[t.Tuple[str, t.Any]]) -> dict:
     data = dict(pairs)
     if len(data) != len(pairs):
         twice = next(key for key, n in collections.Counter(key for key, _ in pairs).items() if n > 1)
-        raise _Refused("names %s twice" % _shown(twice))
+        raise _Refused("names %s twice" % brief(twice))
     return data
 
 
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise _Refused("holds %s, a number past float's range" % _shown(text))
+        raise _Refused("holds %s, a number past float's range" % brief(text))
     return value
 
 
@@ -133,7 +121,7 @@ def _strict_json(text: t.Union[str, bytes], what: str, limit: int, advice: str) 
     except _Refused as exc:
         raise GoldenError("%s %s: %s" % (what, exc, advice)) from None
     except (ValueError, RecursionError) as exc:
-        raise GoldenError("%s is not JSON (%s): %s" % (what, _shown(str(exc), 120)[1:-1], advice)) from None
+        raise GoldenError("%s is not JSON (%s): %s" % (what, quoted(str(exc), 120), advice)) from None
     containers = [(data, 1)] if isinstance(data, (dict, list)) else []
     while containers:
         value, depth = containers.pop()
@@ -162,26 +150,26 @@ class Sample:
 def _check_sample(s: Sample) -> None:
     if not isinstance(s.prompt, str) or not s.prompt.strip() or len(s.prompt) > MAX_PROMPT:
         raise GoldenError("a sample's prompt must be a non-empty string of at most %d characters, got %s"
-                          % (MAX_PROMPT, _shown(s.prompt)))
+                          % (MAX_PROMPT, brief(s.prompt)))
     if not isinstance(s.text, str) or len(s.text) > MAX_TEXT:
         raise GoldenError("a sample's text must be a string of at most %d characters, got %s"
-                          % (MAX_TEXT, _shown(s.text)))
+                          % (MAX_TEXT, brief(s.text)))
     for name in ("token_ids", "logprobs"):
         value = getattr(s, name)
         if not isinstance(value, (list, tuple)) or not 1 <= len(value) <= MAX_TOKENS:
-            raise GoldenError("a sample's %s must be a list of 1 to %d, got %s" % (name, MAX_TOKENS, _shown(value)))
+            raise GoldenError("a sample's %s must be a list of 1 to %d, got %s" % (name, MAX_TOKENS, brief(value)))
     if len(s.token_ids) != len(s.logprobs):
         raise GoldenError("a sample has %d token ids and %d logprobs: each token needs its logprob"
                           % (len(s.token_ids), len(s.logprobs)))
     for i, x in enumerate(s.token_ids):
         if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < TOKEN_ID_LIMIT:
             raise GoldenError("token %d's id is %s: a token id is an integer from 0 to %d"
-                              % (i, _shown(x), TOKEN_ID_LIMIT - 1))
+                              % (i, brief(x), TOKEN_ID_LIMIT - 1))
     for i, x in enumerate(s.logprobs):
         # Compared before float(): an int past float's range would raise OverflowError.
         if isinstance(x, bool) or not isinstance(x, (int, float)) or not LOGPROB_MIN <= x <= LOGPROB_MAX:
             raise GoldenError("token %d's logprob is %s: a logprob is a number from %g to %g"
-                              % (i, _shown(x), LOGPROB_MIN, LOGPROB_MAX))
+                              % (i, brief(x), LOGPROB_MIN, LOGPROB_MAX))
     object.__setattr__(s, "token_ids", tuple(s.token_ids))
     object.__setattr__(s, "logprobs", tuple(float(x) for x in s.logprobs))
 
@@ -190,7 +178,7 @@ def _token_id(token: t.Any, i: int) -> int:
     match = _TOKEN.fullmatch(token) if isinstance(token, str) else None
     if match is None:
         raise GoldenError("the response's token %d is %s, not 'token_id:<id>': send return_tokens_as_token_ids"
-                          " true (request_body() does)" % (i, _shown(token)))
+                          " true (request_body() does)" % (i, brief(token)))
     return int(match.group(1))
 
 
@@ -235,17 +223,17 @@ class Golden:
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip() or len(value) > limit:
                 raise GoldenError("the golden set's %s must be a non-empty string of at most %d characters, got %s"
-                                  % (name, limit, _shown(value)))
+                                  % (name, limit, brief(value)))
         try:
             iso_timestamp(self.recorded_at)
         except ValueError:
             raise GoldenError("the golden set's recorded_at %s is not an ISO 8601 time (e.g. 2026-12-05T17:00:00+00:00)"
-                              % _shown(self.recorded_at)) from None
+                              % brief(self.recorded_at)) from None
         if not isinstance(self.samples, (list, tuple)) or not 1 <= len(self.samples) <= MAX_SAMPLES:
-            raise GoldenError("a golden set holds 1 to %d samples, got %s" % (MAX_SAMPLES, _shown(self.samples)))
+            raise GoldenError("a golden set holds 1 to %d samples, got %s" % (MAX_SAMPLES, brief(self.samples)))
         for i, s in enumerate(self.samples):
             if not isinstance(s, Sample):
-                raise GoldenError("the golden set's sample %d is %s, not a Sample" % (i, _shown(s)))
+                raise GoldenError("the golden set's sample %d is %s, not a Sample" % (i, brief(s)))
         object.__setattr__(self, "samples", tuple(self.samples))
 
 
@@ -266,26 +254,26 @@ def _keys(data: dict, wanted: t.AbstractSet[str], what: str) -> None:
     unknown = sorted(set(data) - wanted)
     if unknown:
         more = " and %d more" % (len(unknown) - 5) if len(unknown) > 5 else ""
-        raise GoldenError("%s has unknown keys %s%s" % (what, ", ".join(_shown(k) for k in unknown[:5]), more))
+        raise GoldenError("%s has unknown keys %s%s" % (what, ", ".join(brief(k) for k in unknown[:5]), more))
 
 
 def golden_from_json(text: t.Union[str, bytes]) -> Golden:
     """The golden set a file holds; GoldenError, saying why, for anything else."""
     data = _strict_json(text, "the golden file", MAX_GOLDEN, _RECORD_AGAIN)
     if not isinstance(data, dict):
-        raise GoldenError("the golden file must hold a JSON object, got %s" % _shown(data))
+        raise GoldenError("the golden file must hold a JSON object, got %s" % brief(data))
     schema = data.get("schema")
     if type(schema) is not int or schema != SCHEMA:
         raise GoldenError("the golden file's schema is %s, this toolkit reads %d: %s"
-                          % (_shown(schema), SCHEMA, _RECORD_AGAIN))
+                          % (brief(schema), SCHEMA, _RECORD_AGAIN))
     _keys(data, {"schema", "version", "model", "recorded_at", "samples"}, "the golden file")
     raw = data["samples"]
     if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_SAMPLES:
-        raise GoldenError("a golden file holds 1 to %d samples, got %s" % (MAX_SAMPLES, _shown(raw)))
+        raise GoldenError("a golden file holds 1 to %d samples, got %s" % (MAX_SAMPLES, brief(raw)))
     samples = []
     for i, item in enumerate(raw):
         if not isinstance(item, dict):
-            raise GoldenError("the golden file's sample %d is %s, not an object" % (i, _shown(item)))
+            raise GoldenError("the golden file's sample %d is %s, not an object" % (i, brief(item)))
         _keys(item, _SAMPLE_KEYS, "the golden file's sample %d" % i)
         try:
             samples.append(Sample(item["prompt"], item["token_ids"], item["logprobs"], item["text"]))
@@ -320,13 +308,13 @@ def _check_replay(old: t.Any, new_samples: t.Any, tolerance: t.Any) -> None:
     if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) \
             or not 0 <= tolerance <= MAX_TOLERANCE:
         raise GoldenError("the logprob tolerance must be a finite number from 0 to %g, got %s"
-                          % (MAX_TOLERANCE, _shown(tolerance)))
+                          % (MAX_TOLERANCE, brief(tolerance)))
     if not isinstance(old, Golden):
-        raise GoldenError("the recording must be a Golden (golden_from_json()), got %s" % _shown(old))
+        raise GoldenError("the recording must be a Golden (golden_from_json()), got %s" % brief(old))
     if not isinstance(new_samples, (list, tuple)) or len(new_samples) > MAX_SAMPLES \
             or not all(isinstance(s, Sample) for s in new_samples):
         raise GoldenError("the replay must be a list of at most %d Samples (sample_from_response()), got %s"
-                          % (MAX_SAMPLES, _shown(new_samples)))
+                          % (MAX_SAMPLES, brief(new_samples)))
 
 
 def _token_difference(i: int, before: Sample, after: Sample) -> t.Optional[Comparison]:
@@ -356,7 +344,7 @@ def compare(old: Golden, new_samples: t.Sequence[Sample], logprob_tolerance: flo
         if before.prompt != after.prompt:
             return Comparison(False, False, None, None, "sample %d's prompt is %s in the replay and %s in the"
                               " recording: replay the recorded prompts, in their order"
-                              % (i, _shown(after.prompt), _shown(before.prompt)))
+                              % (i, brief(after.prompt), brief(before.prompt)))
         differs = _token_difference(i, before, after)
         if differs is not None:
             return differs

@@ -15,7 +15,7 @@ is a restart onto the old folder. This module holds the pure part:
   ``keep`` newest others as rollback targets) and which go, with the bytes
   each side takes.
 
-Standard library only; nothing here raises but ``InstallsError``.
+Standard library only, besides the shared message quoting; nothing here raises but ``InstallsError``.
 """
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ import hashlib
 import json
 import re
 import typing as t
+
+from ansible.module_utils.shared.numeric import brief
 
 # PEP 503/508: a project name, and its normal form.
 PACKAGE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
@@ -50,18 +52,6 @@ class InstallsError(ValueError):
     """A package, version, pin list or folder listing that cannot be used; the message says what to check."""
 
 
-def _shown(value: t.Any, limit: int = 60) -> str:
-    """``value`` for a message, cut at ``limit``: an int past 64 bits by its size
-    (repr() refuses past 4,300 digits), a container by its type."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
-        text = "an integer of %d bits" % value.bit_length()
-    elif value is None or isinstance(value, (str, bool, int, float)):
-        text = repr(value)
-    else:
-        text = "a %s" % type(value).__name__
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
 def normal_name(name: str) -> str:
     """A project name's PEP 503 form: lower case, each run of '-', '_' and '.' one '-'."""
     return _SEPARATORS.sub("-", name).lower()
@@ -71,12 +61,12 @@ def _checked(package: t.Any, version: t.Any) -> t.Tuple[str, str]:
     if not isinstance(package, str) or len(package) > MAX_PACKAGE or not PACKAGE.fullmatch(package) \
             or ".." in package:
         raise InstallsError("the package %s is no project name: letters, digits, '-', '_' and '.', starting and"
-                            " ending with a letter or digit, at most %d characters" % (_shown(package), MAX_PACKAGE))
+                            " ending with a letter or digit, at most %d characters" % (brief(package), MAX_PACKAGE))
     if not isinstance(version, str) or len(version) > MAX_VERSION or not VERSION.fullmatch(version) \
             or ".." in version:
         raise InstallsError("the version %s of %s is no version: letters, digits, '.', '+', '!', '_' and '-',"
                             " starting with a letter or digit, no '..', at most %d characters (e.g. 0.32.0+cpu)"
-                            % (_shown(version), package, MAX_VERSION))
+                            % (brief(version), package, MAX_VERSION))
     return normal_name(package), version
 
 
@@ -87,7 +77,7 @@ def normal_pins(requirements: t.Union[str, t.Sequence[str]]) -> t.List[str]:
     texts = [requirements] if isinstance(requirements, str) else requirements
     if not isinstance(texts, (list, tuple)) or len(texts) > MAX_PINS or not all(isinstance(r, str) for r in texts):
         raise InstallsError("the requirements must be a lock file's text or a list of at most %d 'name==version'"
-                            " strings, got %s" % (MAX_PINS, _shown(requirements)))
+                            " strings, got %s" % (MAX_PINS, brief(requirements)))
     size = sum(len(text) for text in texts)
     if size > MAX_REQUIREMENTS:
         raise InstallsError("the requirements are %d characters, over %d: pass the lock file's pins"
@@ -115,7 +105,7 @@ def install_id(package: str, version: str, requirements: t.Union[str, t.Sequence
 def _valid_id(value: t.Any, what: str) -> str:
     if not isinstance(value, str) or len(value) > MAX_ID or not INSTALL_ID.fullmatch(value) or ".." in value:
         raise InstallsError("%s %s is no install id: <package>-<version>-<%d hex>, as install_id() names a folder"
-                            % (what, _shown(value), HASH_CHARS))
+                            % (what, brief(value), HASH_CHARS))
     return value
 
 
@@ -123,23 +113,23 @@ def _listing(installs: t.Any) -> t.Dict[str, dict]:
     """``installs`` by id, each checked: what the installs folder holds."""
     if not isinstance(installs, (list, tuple)) or len(installs) > MAX_INSTALLS:
         raise InstallsError("installs must be a list of {id, bytes, mtime} objects (the installs folder's"
-                            " entries), got %s" % _shown(installs))
+                            " entries), got %s" % brief(installs))
     by_id: t.Dict[str, dict] = {}
     for i, item in enumerate(installs):
         if not isinstance(item, dict) or not {"id", "bytes", "mtime"} <= set(item):
-            raise InstallsError("installs[%d] must be an object with id, bytes and mtime, got %s" % (i, _shown(item)))
+            raise InstallsError("installs[%d] must be an object with id, bytes and mtime, got %s" % (i, brief(item)))
         key = _valid_id(item["id"], "installs[%d]'s id" % i)
         if key in by_id:
-            raise InstallsError("installs names %s twice: list each folder once" % _shown(key))
+            raise InstallsError("installs names %s twice: list each folder once" % brief(key))
         size, mtime = item["bytes"], item["mtime"]
         if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size < MAX_BYTES:
             raise InstallsError("install %s's bytes is %s: a size is a whole number of bytes from 0 to 2**63 - 1"
-                                % (key, _shown(size)))
+                                % (key, brief(size)))
         # Compared, not float()ed: an int past float's range would raise OverflowError; nan fails both.
         if isinstance(mtime, bool) or not isinstance(mtime, (int, float)) or not -1e12 < mtime < 1e12:
             raise InstallsError("install %s's mtime is %s: a modification time is finite seconds since the epoch"
                                 " (under 1e12)"
-                                % (key, _shown(mtime)))
+                                % (key, brief(mtime)))
         by_id[key] = {"id": key, "bytes": size, "mtime": float(mtime)}
     return by_id
 
@@ -162,7 +152,7 @@ def prune_plan(installs: t.Sequence[dict], current: str, candidate: t.Optional[s
         _valid_id(candidate, "candidate")
     if isinstance(keep, bool) or not isinstance(keep, int) or not 0 <= keep <= MAX_KEEP:
         raise InstallsError("keep must be a whole number of rollback targets from 0 to %d, got %s"
-                            % (MAX_KEEP, _shown(keep)))
+                            % (MAX_KEEP, brief(keep)))
     reason = {current: "the running install"}
     if candidate in by_id and candidate != current:
         reason[candidate] = "the candidate"

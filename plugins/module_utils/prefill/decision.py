@@ -33,8 +33,9 @@ import json
 import math
 import typing as t
 
-from ansible.module_utils.prefill.errors import PrefillError, brief, shown
+from ansible.module_utils.prefill.errors import PrefillError
 from ansible.module_utils.shared.isotime import iso_timestamp
+from ansible.module_utils.shared.numeric import brief, quoted
 
 GROUP_SIZE = 4
 MIN_GROUPS = 2
@@ -156,7 +157,7 @@ def baseline_from_json(text: t.Union[str, bytes]) -> Baseline:
         raise PrefillError("baseline file names %s twice: record the baseline again" % exc) from None
     except (ValueError, RecursionError) as exc:
         raise PrefillError("baseline file is not JSON (%s): record the baseline again"
-                           % shown(str(exc), 120)) from None
+                           % quoted(str(exc), 120)) from None
     if not isinstance(data, dict):
         raise PrefillError("baseline file must hold a JSON object, got %s" % type(data).__name__)
     schema = data.get("schema")
@@ -170,7 +171,7 @@ def baseline_from_json(text: t.Union[str, bytes]) -> Baseline:
     unknown = sorted(set(data) - fields - {"schema"})
     if unknown:
         more = " and %d more" % (len(unknown) - 5) if len(unknown) > 5 else ""
-        raise PrefillError("baseline has unknown keys %s%s" % (", ".join(shown(k, 40) for k in unknown[:5]), more))
+        raise PrefillError("baseline has unknown keys %s%s" % (", ".join(quoted(k, 40) for k in unknown[:5]), more))
     return Baseline(**{k: v for k, v in data.items() if k in fields})
 
 
@@ -185,7 +186,7 @@ def _no_duplicate_keys(pairs: t.List[t.Tuple[str, t.Any]]) -> dict:
         seen: t.Set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise _DuplicateKey("'%s'" % shown(key, 40))
+                raise _DuplicateKey("'%s'" % quoted(key, 40))
             seen.add(key)
     return data
 

@@ -18,7 +18,8 @@ import re
 import sys
 import typing as t
 
-from ansible.module_utils.prefill.errors import PrefillError, brief, shown
+from ansible.module_utils.prefill.errors import PrefillError
+from ansible.module_utils.shared.numeric import brief, quoted
 
 MAX_TEXT = 16 << 20
 _FLOAT_MAX = sys.float_info.max
@@ -189,7 +190,7 @@ def _checked_text(text: t.Union[str, bytes], engine: t.Optional[str]) -> str:
         number = text.count("\n", 0, valid) + 1
         raise PrefillError("cannot parse the metrics text: line %d is not a sample, a comment or blank ('%s'): "
                            "check the URL is vLLM's /metrics in Prometheus text format"
-                           % (number, shown(text[valid:text.find("\n", valid)])))
+                           % (number, quoted(text[valid:text.find("\n", valid)])))
     if not text.startswith("vllm:") and "\nvllm:" not in text:
         raise PrefillError("no vllm: metrics in the text: check the URL is vLLM's /metrics on the API "
                            "server's port, not another exporter's")
@@ -236,7 +237,7 @@ def _unescape(value: str) -> str:
 
 
 def _labels(labels: t.Mapping[str, str]) -> str:
-    return "{%s}" % ",".join('%s="%s"' % (k, shown(v, 40)) for k, v in sorted(labels.items()))
+    return "{%s}" % ",".join('%s="%s"' % (k, quoted(v, 40)) for k, v in sorted(labels.items()))
 
 
 

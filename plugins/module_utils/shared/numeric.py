@@ -62,6 +62,27 @@ def shown(value, limit: int = SHOWN_CHARS) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def quoted(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text`` for a message, without quotes: cut at ``limit``, control
+    characters escaped."""
+    return repr(text[:limit])[1:-1] + ("..." if len(text) > limit else "")
+
+
+def brief(value) -> str:
+    """What ``value`` is, for a message, short whatever its size or depth: a
+    string quoted and cut at 40, an int past 64 bits by its size, a
+    container by its type and length."""
+    if isinstance(value, str):
+        return "'%s'" % quoted(value, 40)
+    if value is None or isinstance(value, (bool, float)):
+        return repr(value)
+    if isinstance(value, int):
+        return repr(value) if value.bit_length() <= 64 else "an integer of %d bits" % value.bit_length()
+    if isinstance(value, (list, tuple, dict)):
+        return "a %s of %d" % (type(value).__name__, len(value))
+    return "a %s" % type(value).__name__
+
+
 def text(value) -> str:
     """``str(value)``, except that a value whose ``str()`` raises (an int of
     more than 4,300 digits, a list holding one) reads as :func:`shown` says.
