@@ -26,11 +26,11 @@ venv: $(STAMP) ## Create or refresh .venv from requirements.txt
 
 # The gate goes in editable, so `python -m vllm_fleet_gate` runs the clone's
 # code. No build isolation: the pinned setuptools builds it, with no download.
-$(STAMP): requirements.txt gate/pyproject.toml
+$(STAMP): requirements.txt constraints.txt gate/pyproject.toml
 	@echo ">> building $(VENV) from requirements.txt"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --upgrade pip -c constraints.txt
+	$(BIN)/python -m pip install --quiet -r requirements.txt -c constraints.txt
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation --editable ./gate
 	@touch $@
 
