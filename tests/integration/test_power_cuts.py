@@ -86,10 +86,20 @@ def first_completion_after(t0: float, what: str) -> float:
                          f"{HEAD}: {recovery_lines(HEAD, 0)[-3000:]}\n{WORKER}: {recovery_lines(WORKER, 0)[-2000:]}")
 
 
+def recoveries_settled() -> bool:
+    """No boot recovery run under way on an engine host (vllm-fleet-recover.service ended)."""
+    return all(on_host(host, "systemctl is-active vllm-fleet-recover.service").strip() in ("inactive", "failed")
+               for host in (HEAD, WORKER))
+
+
 def power_cut(*hosts: str, off_until=None, what: str = "") -> tuple[float, float]:
     """Cut the power of ``hosts`` and bring it back once ``off_until(since)`` holds (a real cut lasts
     longer than the lab's one second: the hosts that stayed up notice it first); (the hosts'
-    clock at the cut, monotonic at power back)."""
+    clock at the cut, monotonic at power back). Each cut starts once the recoveries of the one
+    before have ended: a worker's run from the cut above that has not yet seen the engine serve
+    (it polls) would take this cut's stop of its Ray for its own failed attempt (seen once: a
+    60 s back-off, and the check's path never ran)."""
+    wait_for(recoveries_settled, 120, "the recovery runs of the cut above to end")
     since = host_clock()
     for host in hosts:
         lab_sh("fault", "host-stop", host)
