@@ -52,6 +52,7 @@ vllm_argv = _filter(_exec_start.vllm_argv)
 systemd_quote = _filter(_exec_start.systemd_quote)
 install_id = _filter(_installs.install_id)
 install_step = _filter(_installs.install_step)
+install_prune = _filter(_installs.prune_installs)
 
 
 class FilterModule:
@@ -70,4 +71,5 @@ class FilterModule:
             "inventory_args": inventory_args,
             "install_id": install_id,
             "install_step": install_step,
+            "install_prune": install_prune,
         }
