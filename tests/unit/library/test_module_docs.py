@@ -297,12 +297,23 @@ def _vllm_prefill_probe(run_module, tmp_path, monkeypatch):
         return run_module(t.module, t.args(fake, path, unit=t.UNIT))
 
 
+def _vllm_golden_info(run_module, tmp_path, monkeypatch):
+    import test_vllm_golden_info as t
+
+    # A replay of a recording: every key has a value but first_difference (equal tokens).
+    with t.FakeVllm(trim=True) as fake:
+        fake.answers = t.golden_answers("0.32.0")
+        recorded = run_module(t.module, {"url": fake.url, "model": t.MODEL})["golden"]
+        return run_module(t.module, {"url": fake.url, "model": t.MODEL, "recorded": t.json.dumps(recorded)})
+
+
 RUNS = {
     "gpu_preflight_info": _gpu_preflight_info,
     "ray_cluster_info": _ray_cluster_info,
     "ray_firewall_info": _ray_firewall_info,
     "vllm_flags_info": _vllm_flags_info,
     "vllm_gate": _vllm_gate,
+    "vllm_golden_info": _vllm_golden_info,
     "vllm_health_info": _vllm_health_info,
     "vllm_kv_cache_info": _vllm_kv_cache_info,
     "vllm_prefill_probe": _vllm_prefill_probe,

