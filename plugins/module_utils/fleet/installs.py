@@ -262,6 +262,9 @@ def prune_installs(found: t.Any, du_text: t.Any, current: str, before: t.Optiona
         listing.append({"id": current, "bytes": 0, "mtime": max([0.0] + [e["mtime"] for e in listing
                                                                      if isinstance(e["mtime"], (int, float))])})
     plan = prune_plan(listing, current, before, keep)
+    if before in plan["reason"] and before != current:
+        # prune_plan's "candidate" is, here, the install the switch replaced.
+        plan["reason"][before] = "the install it replaced (it may run until the engine restarts)"
     size = {entry["id"]: entry["bytes"] for entry in listing}
     # One line an install, for the operator: what it is, why it stays or goes, its disk.
     plan["lines"] = ["%s: %s (%.2f GiB)" % (key, plan["reason"][key], size[key] / 2 ** 30)

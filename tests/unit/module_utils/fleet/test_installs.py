@@ -300,7 +300,8 @@ def test_pruning_a_hosts_folder_keeps_the_running_the_replaced_and_the_newest_an
     assert plan["remove"] == [OLDER["id"], OLDEST["id"]]
     assert plan["bytes_freed"] == 2 ** 31 + 1
     assert plan["lines"][0] == "%s: the running install (1.00 GiB)" % CANDIDATE["id"]
-    assert plan["lines"][1] == "%s: the candidate (1.00 GiB)" % CURRENT["id"]
+    assert plan["lines"][1] == "%s: the install it replaced (it may run until the engine restarts) (1.00 GiB)" \
+        % CURRENT["id"]
     assert plan["lines"][-1].startswith(OLDEST["id"] + ": older than the 1 newest rollback targets")
     assert "lost+found" not in " ".join(plan["lines"])
 
