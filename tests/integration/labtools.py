@@ -132,12 +132,14 @@ def start_playbook(playbook: str, *args: str, out: Path, inventory: Path = LAB_I
                                 env={**os.environ, **play_env()})
 
 
-def interrupt(run: subprocess.Popen, grace: float = 10.0, presses: int = 3) -> int:
+def interrupt(run: subprocess.Popen, grace: float = 2.0, presses: int = 3) -> int:
     """Ctrl-C: SIGINT to the playbook's whole process group, pressed again, as an operator
     would, while the run is still going ``grace`` seconds later; returns the presses it took.
-    ansible-playbook (core 2.19) can lose a first Ctrl-C: seen once in CI, the run went on to
-    its end and exited 0. Its handler re-arms SIGINT's default before it raises, so a second
-    press stops the run for certain (killed by SIGINT, without the "User interrupted" line)."""
+    ansible-playbook (core 2.19) can lose a first Ctrl-C: seen twice in the lab, the run went on
+    to its end and exited 0. Its handler re-arms SIGINT's default before it raises, so a second
+    press stops the run for certain (killed by SIGINT, without the "User interrupted" line).
+    The grace is short: direct-cutover.yml ends 11 s after it rewrites the endpoint file, and a
+    second press 10 s after a lost first one came too late once (2026-12-05)."""
     for press in range(1, presses + 1):
         os.killpg(run.pid, signal.SIGINT)
         try:
