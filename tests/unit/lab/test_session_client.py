@@ -180,8 +180,10 @@ def test_endpoint_file_is_reread_before_every_request(make_engine, fallback, end
     thread.start()
     try:
         a.wait_requests(6)
-        switched = datetime.now(timezone.utc)
         endpoint_file.write(VLLM_FLEET_MODE="gate", OPENAI_BASE_URL=b.url)
+        # Taken once the new file is in place: a request stamped between a moment taken before
+        # the write and the rename still read the old file (CI saw one).
+        switched = datetime.now(timezone.utc)
         b.wait_requests(6)
     finally:
         client.drain()
@@ -194,7 +196,7 @@ def test_endpoint_file_is_reread_before_every_request(make_engine, fallback, end
     assert len(by_url[a.url]) == len(a.requests) and len(by_url[b.url]) == len(b.requests)
     assert {r["mode"] for r in by_url[a.url]} == {"direct"}
     assert {r["mode"] for r in by_url[b.url]} == {"gate"}
-    # ts is taken before the file is read: anything stamped after the write went to b.
+    # ts is taken before the file is read: anything stamped after the rename went to b.
     assert all(r["base_url"] == b.url for r in records if datetime.fromisoformat(r["ts"]) > switched)
     # Every session moved, at its next request, and never went back.
     for session in (1, 2, 3):
