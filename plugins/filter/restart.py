@@ -43,6 +43,10 @@ def _plain(value):
     return value
 
 
+def restart_prefill_check(before, after, limit):
+    return _call("fleet.restart_plan", "PlanError", "prefill_check", before, after, limit)
+
+
 def restart_report(plan, results, consumers_t=None, failed=""):
     return _call("fleet.restart_plan", "PlanError", "report", _plain(plan), _plain(results), _plain(consumers_t),
                  failed)
@@ -68,6 +72,7 @@ class FilterModule:
         return {
             "restart_plan": restart_plan,
             "restart_pool_check": restart_pool_check,
+            "restart_prefill_check": restart_prefill_check,
             "restart_report": restart_report,
             "restart_report_line": restart_report_line,
             "rrule_problems": rrule_problems,

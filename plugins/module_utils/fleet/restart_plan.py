@@ -50,6 +50,7 @@ CURED = ("prefill-degraded", "wedged", "down")
 NOT_SERVING = ("down", "wedged")
 ACCEPT = "-e restart_accept_outage=true"
 PLAYBOOK = "playbooks/rolling-restart.yml"
+UPGRADE_PLAYBOOK = "playbooks/upgrade.yml"
 
 # Why a when-degraded run leaves an engine alone, by verdict; the {...} are
 # command lines with the run's own inventory (commands.command()).
@@ -109,7 +110,8 @@ def _why_restart(policy: str, verdict: str, summary: str, inventory_arg: str = "
 def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accept_outage: t.Any = False,
          mode: t.Any = "direct", consumer_url: t.Any = "", fallback_url: t.Any = "",
          gate: t.Optional[t.Mapping] = None, expected_restart_s: t.Any = 120, hold_margin_s: t.Any = 30,
-         consumers_at: t.Any = None, only: t.Any = None, inventory_arg: t.Any = "") -> dict:
+         consumers_at: t.Any = None, only: t.Any = None, inventory_arg: t.Any = "",
+         changes: t.Any = None) -> dict:
     """The restart plan: {policy, mode, engines, hosts, batches, consumers_engine, back, undrain, left, refused}.
 
     ``consumer_url`` is the OpenAI base URL the consumers use in direct mode
@@ -122,6 +124,12 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
 
     ``only`` (restart_engines) names the engines this run may restart; the
     others are skipped, whatever they read. Empty or None: every engine.
+
+    ``changes`` makes it an upgrade's plan (playbooks/upgrade.yml): it maps
+    each engine to what its switch changes ("" when it runs the candidate
+    already); an engine restarts when its change is not empty, whatever it
+    reads, with the change as its reason. The commands the plan names are then
+    the upgrade's.
 
     ``inventory_arg`` (vllm_fleet_inventory_arg) is the run's own -i options:
     every command the plan's reasons and refusals name carries it.
@@ -152,6 +160,10 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
     records = _engines(engines)
     named = _only(only, [e["name"] for e in records])
     rows = _rows(records, verdicts, policy, named, inventory_arg)
+    playbook = PLAYBOOK
+    if changes is not None:
+        playbook = UPGRADE_PLAYBOOK
+        _upgrade_rows(rows, changes)
 
     def is_consumers_engine(r: dict) -> bool:
         return mode == "direct" and bool(consumer_url) and _same_url(consumer_url, r["api_url"])
@@ -165,13 +177,13 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
     for r in order:
         others = [o for o in rows if o["name"] != r["name"] and (o["serving"] or o["name"] in restarted)]
         r["drain"] = _drain(r, others, mode, consumer_url, is_consumers_engine(r), fallback_url, limits, expected,
-                            margin, accept, refused, command(inventory_arg, PLAYBOOK, ACCEPT))
+                            margin, accept, refused, command(inventory_arg, playbook, ACCEPT))
         restarted.append(r["name"])
     batched = [r for r in order if not is_consumers_engine(r)]
     last = next((r for r in order if is_consumers_engine(r)), None)
     back, undrain, left = _left_behind(rows, mode, consumer_url, consumers_at, gate.get("drained"), is_consumers_engine)
     return {
-        "policy": policy, "mode": mode, "accept_outage": accept,
+        "policy": "upgrade" if changes is not None else policy, "mode": mode, "accept_outage": accept,
         "engines": order + [r for r in rows if r["action"] == "skip"],
         "hosts": [h for r in batched for h in r["hosts"]],
         "batches": [len(r["hosts"]) for r in batched],
@@ -197,6 +209,49 @@ def _rows(records: t.List[dict], verdicts: t.Mapping, policy: str, named: t.List
                      "summary": v.get("summary", ""), "serving": v["verdict"] not in NOT_SERVING,
                      "action": "restart" if restart else "skip", "reason": reason, "drain": None})
     return rows
+
+
+def _upgrade_rows(rows: t.List[dict], changes: t.Any) -> None:
+    """An upgrade restarts the engines whose switch changes something (see plan())."""
+    if not isinstance(changes, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                for k, v in changes.items()):
+        raise PlanError("changes must map each engine's name to what its switch changes, got %s" % shown(changes))
+    unknown = sorted(set(changes) - {r["name"] for r in rows})
+    if unknown:
+        raise PlanError("changes names %s, which the inventory does not define" % ", ".join(unknown))
+    for r in rows:
+        if r["action"] == "skip" and r["reason"] == "not named in restart_engines":
+            continue
+        change = changes.get(r["name"], "")
+        if change:
+            r["action"], r["reason"] = "restart", "upgrade: %s" % change
+        else:
+            r["action"], r["reason"] = "skip", "runs the candidate already"
+
+
+def prefill_check(before: t.Any, after: t.Any, limit: t.Any) -> dict:
+    """Prefill per token on the new install against the old baseline:
+    {before, after, ratio, limit, ok, message}.
+
+    ``before`` and ``after`` are seconds per prompt token (the probe's
+    baselines: the diagnosis' reference on the old install, vllm_verify's new
+    one); ``limit`` the largest ratio after/before that passes (the engine's
+    prefill threshold floor, the probe's own noise margin). Without one of
+    the two there is nothing to compare: ok, and the message says so."""
+    lim = finite_float(limit)
+    if lim is None or not lim >= 1:
+        raise PlanError("the prefill limit must be a ratio of 1 or more, got %s" % shown(limit))
+    b, a = (v if v is not None and v > 0 else None for v in (finite_float(before), finite_float(after)))
+    if b is None or a is None:
+        missing = " and ".join(n for n, v in (("before", b), ("after", a)) if v is None)
+        return {"before": b, "after": a, "ratio": None, "limit": lim, "ok": True,
+                "message": "prefill not compared: no baseline %s (the engine was busy, or none was recorded)"
+                           % missing}
+    ratio = a / b
+    ok = ratio <= lim
+    text = "prefill %.3g ms/token, %.2fx the old install's %.3g ms/token" % (a * 1000, ratio, b * 1000)
+    return {"before": b, "after": a, "ratio": round(ratio, 3), "limit": lim, "ok": ok,
+            "message": text + ("" if ok else ", past the %.2fx limit (vllm_fleet_prefill_threshold_floor)" % lim)}
 
 
 def _left_behind(rows: t.List[dict], mode: str, consumer_url: str, consumers_at: t.Any, drained: t.Any,

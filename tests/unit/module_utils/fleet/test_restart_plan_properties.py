@@ -134,3 +134,17 @@ def test_the_filters_raise_only_their_error(value, rotate):
             fn()
         except AnsibleFilterError:
             pass
+
+
+@given(out_of_range(), out_of_range(), out_of_range())
+def test_prefill_check_raises_only_plan_error(before, after, limit):
+    for args in ((before, after, limit), (before, 0.001, 1.5), (0.001, after, 1.5), (0.001, 0.001, limit)):
+        result = raises_plan_error_only(lambda args=args: rp.prefill_check(*args))
+        if result is not None:
+            assert result["message"].startswith("prefill")
+
+
+@given(st.text(max_size=5000) | st.integers() | st.none())
+def test_an_upgrade_plan_raises_only_plan_error_on_any_change(change):
+    raises_plan_error_only(lambda: rp.plan([E1], {"e1": {"verdict": "healthy"}}, mode="gate",
+                                           changes={"e1": change}))
