@@ -40,8 +40,8 @@ class JinjaLike(Mapping):
 
 
 def test_filters_are_registered():
-    assert set(FILTERS) == {"restart_plan", "restart_pool_check", "restart_report", "restart_report_line",
-                            "rrule_problems", "restart_cron_job"}
+    assert set(FILTERS) == {"restart_plan", "restart_pool_check", "restart_prefill_check", "restart_report",
+                            "restart_report_line", "rrule_problems", "restart_cron_job"}
 
 
 # --- restart_plan -------------------------------------------------------------------------
@@ -91,6 +91,13 @@ def test_restart_pool_check():
     assert got["ok"] is False
     assert "vllm_restart_pool_tolerance" in got["message"]
     assert FILTERS["restart_pool_check"](4736, 4736, 0.05)["ok"] is True
+
+
+def test_restart_prefill_check():
+    got = FILTERS["restart_prefill_check"]("0.001", 0.002, 1.5)
+    assert got["ok"] is False and "vllm_fleet_prefill_threshold_floor" in got["message"]
+    with pytest.raises(AnsibleFilterError, match="the prefill limit must be a ratio of 1 or more"):
+        FILTERS["restart_prefill_check"](0.001, 0.001, 0.5)
 
 
 def test_restart_pool_check_error_is_a_filter_error():
