@@ -247,7 +247,11 @@ def prefill_check(before: t.Any, after: t.Any, limit: t.Any) -> dict:
         return {"before": b, "after": a, "ratio": None, "limit": lim, "ok": True,
                 "message": "prefill not compared: no baseline %s (the engine was busy, or none was recorded)"
                            % missing}
-    ratio = a / b
+    ratio = finite(a / b)
+    if ratio is None:  # past float's range: slower than any limit
+        return {"before": b, "after": a, "ratio": None, "limit": lim, "ok": False,
+                "message": "prefill %.3g s/token against the old install's %.3g s/token, past the %.2fx limit "
+                           "(vllm_fleet_prefill_threshold_floor)" % (a, b, lim)}
     ok = ratio <= lim
     text = "prefill %.3g ms/token, %.2fx the old install's %.3g ms/token" % (a * 1000, ratio, b * 1000)
     return {"before": b, "after": a, "ratio": round(ratio, 3), "limit": lim, "ok": ok,
@@ -450,11 +454,13 @@ def report(plan_: t.Any, results: t.Any, consumers_t: t.Any = None, failed: t.An
                 row["overhead_s"] = round(finite_float(row["overhead_s"]) + (back - away) - inner, 1)
         engines.append(row)
     outcomes = [r["outcome"] for r in engines]
-    outcome = "failed" if failed or "failed" in outcomes else "succeeded"
+    outcome = ("failed" if failed or "failed" in outcomes
+               else "rolled back" if "rolled back" in outcomes else "succeeded")
     return {"outcome": outcome, "policy": plan_.get("policy"), "mode": plan_.get("mode"), "engines": engines,
             "restarted": [r["name"] for r in engines if r["outcome"] == "restarted"],
             "skipped": [r["name"] for r in engines if r["outcome"] == "skipped"],
-            "failed": [r["name"] for r in engines if r["outcome"] == "failed"]}
+            "failed": [r["name"] for r in engines if r["outcome"] == "failed"],
+            "rolled_back": [r["name"] for r in engines if r["outcome"] == "rolled back"]}
 
 
 def report_line(report: t.Any) -> str:
@@ -473,9 +479,15 @@ def report_line(report: t.Any) -> str:
             parts.append("".join(bits) + ")")
         elif outcome == "failed":
             parts.append("%s FAILED at %s" % (e.get("name"), e.get("step")))
+        elif outcome == "rolled back":
+            bits = ["%s ROLLED BACK (the candidate failed at %s" % (e.get("name"), e.get("step"))]
+            if finite_float(e.get("rollback_s")) is not None:
+                bits.append(", back in %.1f s" % finite_float(e["rollback_s"]))
+            parts.append("".join(bits) + ")")
         elif outcome == "skipped":
             parts.append("%s skipped (%s)" % (e.get("name"), e.get("verdict")))
         else:
             parts.append("%s %s" % (e.get("name"), outcome))
-    head = "vllm-fleet rolling restart %s, policy %s" % (report.get("outcome", "?"), report.get("policy", "?"))
+    what = "upgrade" if report.get("policy") == "upgrade" else "rolling restart"
+    head = "vllm-fleet %s %s, policy %s" % (what, report.get("outcome", "?"), report.get("policy", "?"))
     return head + (": " + "; ".join(parts) if parts else "")

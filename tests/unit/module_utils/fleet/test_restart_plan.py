@@ -765,3 +765,15 @@ def test_prefill_check_against_the_old_baseline(before, after, ok, words):
 def test_prefill_check_refuses_a_limit_below_one(limit):
     with pytest.raises(PlanError, match="the prefill limit must be a ratio of 1 or more"):
         rp.prefill_check(0.001, 0.001, limit)
+
+
+def test_a_rolled_back_upgrade_reports_so():
+    p = rp.plan([E1, E2], {"e1": v("healthy"), "e2": v("healthy")}, mode="gate",
+                changes={"e1": "a -> b", "e2": "a -> b"})
+    r = rp.report(p, {"e1": {"outcome": "rolled back", "step": "prove the candidate", "rollback_s": 61.24}})
+    assert r["outcome"] == "rolled back" and r["rolled_back"] == ["e1"] and r["failed"] == []
+    assert [e["outcome"] for e in r["engines"]] == ["rolled back", "not reached"]
+    assert rp.report_line(r) == ("vllm-fleet upgrade rolled back, policy upgrade: e1 ROLLED BACK (the candidate failed "
+                                 "at prove the candidate, back in 61.2 s); e2 not reached")
+    r = rp.report(p, {"e1": {"outcome": "rolled back"}, "e2": {"outcome": "failed", "step": "roll back"}})
+    assert r["outcome"] == "failed"
