@@ -359,6 +359,8 @@ CASES = [
         "List the admission gate's host (a host of its own or a consumer) under it")),
     Case("no-consumers", "playbooks/rolling-restart.yml", _no_consumers, (
         "rolling-restart.yml " + CONSUMERS_MISSING, CONSUMERS_FIX)),
+    Case("no-consumers", "playbooks/upgrade.yml", _no_consumers, (
+        "upgrade.yml " + CONSUMERS_MISSING, CONSUMERS_FIX)),
     Case("no-consumers", "playbooks/schedule-restart.yml", _no_consumers, (
         "schedule-restart.yml " + CONSUMERS_MISSING, CONSUMERS_FIX)),
     # Controls.
