@@ -178,8 +178,10 @@ def test_each_step_runs_without_its_preflight(play):
         (lab_args(no_such_flag=1), "has no --no-such-flag"),
         ({"vllm_install_model_source": "host:/srv/models/absent"}, "No model at /srv/models/absent"),
         ({"vllm_fleet_rank": ""}, "or an integer vllm_fleet_rank"),
-        # Another version for the serving engine: refused before any change (no undrained restart).
-        ({"vllm_install_version": "0.31.0"}, "vllm_install_restart_serving=true"),
+        # Another version for the serving engine: refused before any change (no undrained restart),
+        # naming the drained path first.
+        ({"vllm_install_version": "0.31.0"},
+         "ansible-playbook -i inventory/lab playbooks/upgrade.yml with the same settings"),
     ],
     ids=["shape-mismatch", "retired-knob", "unknown-flag", "missing-model", "missing-rank", "serving-version"],
 )
