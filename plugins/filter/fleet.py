@@ -53,6 +53,8 @@ systemd_quote = _filter(_exec_start.systemd_quote)
 install_id = _filter(_installs.install_id)
 install_step = _filter(_installs.install_step)
 install_prune = _filter(_installs.prune_installs)
+comparable_pins = _filter(_installs.comparable_pins)
+pip_list_pins = _filter(_installs.pip_list_pins)
 
 
 class FilterModule:
@@ -72,4 +74,6 @@ class FilterModule:
             "install_id": install_id,
             "install_step": install_step,
             "install_prune": install_prune,
+            "comparable_pins": comparable_pins,
+            "pip_list_pins": pip_list_pins,
         }

@@ -98,6 +98,32 @@ def normal_pins(requirements: t.Union[str, t.Sequence[str]]) -> t.List[str]:
     return sorted(pins)
 
 
+def comparable_pins(requirements: t.Union[str, t.Sequence[str]]) -> t.List[str]:
+    """``normal_pins`` in lower case, versions too: the form ``pip_list_pins``
+    gives a venv's contents in (pip lists versions in lower case), so that a
+    wanted pin is in a venv exactly when this list holds it."""
+    return sorted({pin.lower() for pin in normal_pins(requirements)})
+
+
+def pip_list_pins(pip_list: t.Any) -> t.List[str]:
+    """What a venv holds, as ``comparable_pins``: from the text of ``pip list
+    --format=json`` ('' or None: an empty or missing venv)."""
+    if pip_list is None or (isinstance(pip_list, str) and not pip_list.strip()):
+        return []
+    if not isinstance(pip_list, str) or len(pip_list) > MAX_REQUIREMENTS:
+        raise InstallsError("pip list's output must be JSON text of at most %d characters, got %s"
+                            % (MAX_REQUIREMENTS, brief(pip_list)))
+    try:
+        listed = json.loads(pip_list)
+    except ValueError as exc:
+        raise InstallsError("pip list's output is no JSON (%s): %s" % (exc, brief(pip_list))) from None
+    if not isinstance(listed, list) or not all(
+            isinstance(d, dict) and isinstance(d.get("name"), str) and isinstance(d.get("version"), str)
+            for d in listed):
+        raise InstallsError("pip list's output must be a list of {name, version}, got %s" % brief(listed))
+    return comparable_pins(["%s==%s" % (d["name"], d["version"]) for d in listed])
+
+
 def install_id(package: str, version: str, requirements: t.Union[str, t.Sequence[str]]) -> str:
     """The folder name of one install: ``<package>-<version>-<10 hex of sha256>``."""
     name, version = _checked(package, version)

