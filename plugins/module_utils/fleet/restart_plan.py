@@ -128,8 +128,9 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
     ``changes`` makes it an upgrade's plan (playbooks/upgrade.yml): it maps
     each engine to what its switch changes ("" when it runs the candidate
     already); an engine restarts when its change is not empty, whatever it
-    reads, with the change as its reason. The commands the plan names are then
-    the upgrade's.
+    reads, with the change as its reason, and when it runs the candidate
+    already but does not serve (a stopped upgrade). The commands the plan
+    names are then the upgrade's.
 
     ``inventory_arg`` (vllm_fleet_inventory_arg) is the run's own -i options:
     every command the plan's reasons and refusals name carries it.
@@ -225,6 +226,9 @@ def _upgrade_rows(rows: t.List[dict], changes: t.Any) -> None:
         change = changes.get(r["name"], "")
         if change:
             r["action"], r["reason"] = "restart", "upgrade: %s" % change
+        elif not r["serving"]:
+            # A stopped run can leave an engine switched but not serving: it restarts, proven.
+            r["action"], r["reason"] = "restart", "%s: it runs the candidate already but does not serve" % r["verdict"]
         else:
             r["action"], r["reason"] = "skip", "runs the candidate already"
 

@@ -777,3 +777,10 @@ def test_a_rolled_back_upgrade_reports_so():
                                  "at prove the candidate, back in 61.2 s); e2 not reached")
     r = rp.report(p, {"e1": {"outcome": "rolled back"}, "e2": {"outcome": "failed", "step": "roll back"}})
     assert r["outcome"] == "failed"
+
+
+@pytest.mark.parametrize("verdict", ["down", "wedged"])
+def test_an_upgrade_restarts_an_engine_on_the_candidate_that_does_not_serve(verdict):
+    p = rp.plan([E1], {"e1": v(verdict)}, changes={"e1": ""})
+    assert p["engines"][0]["action"] == "restart"
+    assert p["engines"][0]["reason"] == "%s: it runs the candidate already but does not serve" % verdict
