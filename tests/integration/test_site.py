@@ -181,7 +181,7 @@ def test_each_step_runs_without_its_preflight(play):
         # Another version for the serving engine: refused before any change (no undrained restart),
         # naming the drained path first.
         ({"vllm_install_version": "0.31.0"},
-         "ansible-playbook -i inventory/lab playbooks/upgrade.yml with the same settings"),
+         "playbooks/upgrade.yml with the same settings. Or accept the outage"),
     ],
     ids=["shape-mismatch", "retired-knob", "unknown-flag", "missing-model", "missing-rank", "serving-version"],
 )
