@@ -337,14 +337,18 @@ build_sshkey() {
 # tokenizers at the lock's versions), so it needs nothing beyond the wheelhouse.
 lock_version() { sed -n "s/^$1==//Ip" "$LAB_REQS" | head -n1; }
 
+# The lab's models: tiny (seed 0), the inventory's, and tiny-b (seed 1), the upgrade's model change.
+LAB_MODEL_SEEDS=(tiny:0 tiny-b:1)
+
 build_model() {
-  local key
+  local key name seed
   key=$({
     cat "$LAB_MODEL_SCRIPT"
+    echo "${LAB_MODEL_SEEDS[*]}"
     grep -iE '^(torch|transformers|tokenizers)==' "$LAB_REQS"
   } | sha_of)
-  if stamp_ok model "$key" && [[ -s $MODELS/tiny/config.json ]]; then
-    log "tiny model: up to date ($(du -sh "$MODELS/tiny" | cut -f1), reused)"
+  if stamp_ok model "$key" && [[ -s $MODELS/tiny/config.json && -s $MODELS/tiny-b/config.json ]]; then
+    log "tiny models: up to date ($(du -sh "$MODELS/tiny" | cut -f1) each, reused)"
     return 0
   fi
   local logf=$LOG_DIR/model.log
@@ -357,14 +361,18 @@ build_model() {
       _ "$LAB_PYTHON" "$BUILDENV" "$WHEELS" "${pins[@]}"
     stamp_set buildenv "${pins[*]}"
   fi
-  rm -rf "$MODELS/tiny.new" && mkdir -p "$MODELS"
-  run_step "tiny model: build (2-layer Llama, random weights, seed 0)" "about 10 s" "$logf" \
-    env HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$BUILDENV/bin/python" "$LAB_MODEL_SCRIPT" "$MODELS/tiny.new"
-  # The engine runs as a dedicated user, not root: make every file readable.
-  chmod -R a+rX "$MODELS/tiny.new"
-  rm -rf "$MODELS/tiny" && mv "$MODELS/tiny.new" "$MODELS/tiny"
+  mkdir -p "$MODELS"
+  for entry in "${LAB_MODEL_SEEDS[@]}"; do
+    name=${entry%%:*} seed=${entry#*:}
+    rm -rf "$MODELS/$name.new"
+    run_step "tiny model $name: build (2-layer Llama, random weights, seed $seed)" "about 10 s" "$logf" \
+      env HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$BUILDENV/bin/python" "$LAB_MODEL_SCRIPT" "$MODELS/$name.new" "$seed"
+    # The engine runs as a dedicated user, not root: make every file readable.
+    chmod -R a+rX "$MODELS/$name.new"
+    rm -rf "${MODELS:?}/$name" && mv "$MODELS/$name.new" "$MODELS/$name"
+  done
   stamp_set model "$key"
-  log "tiny model: $(du -sh "$MODELS/tiny" | cut -f1) at $MODELS/tiny"
+  log "tiny models: $(du -sh "$MODELS/tiny" | cut -f1) each at $MODELS/tiny and $MODELS/tiny-b"
 }
 
 cmd_build() {
@@ -381,5 +389,5 @@ cmd_build() {
 }
 
 built_ok() {
-  [[ -x $BASE/usr/bin/python3 && -s $APTREPO/Packages && -s $WHEELS/vllm-fleet-lock.txt && -s $SSH_KEY && -s $MODELS/tiny/config.json ]]
+  [[ -x $BASE/usr/bin/python3 && -s $APTREPO/Packages && -s $WHEELS/vllm-fleet-lock.txt && -s $SSH_KEY && -s $MODELS/tiny/config.json && -s $MODELS/tiny-b/config.json ]]
 }

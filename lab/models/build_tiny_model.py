@@ -10,7 +10,9 @@ CPU attention accepts head sizes 32, 64, 80, ...; 16 is rejected) and TP=2 split
 bf16, about 2.2 M parameters, 4.5 MB safetensors. It generates random tokens; it exists to boot a
 real vLLM server, not to say anything.
 
-Determinism: weights come from torch.manual_seed(0). The tokenizer is trained on the first 200
+Determinism: weights come from torch.manual_seed(SEED), 0 unless a second argument gives another
+(the lab's second model, tiny-b, is seed 1: the same shape and tokenizer, other weights, so other
+answers: the upgrade's model change, docs/upgrade.md). The tokenizer is trained on the first 200
 stdlib modules of the Python that runs this script, so the same Python build gives the same files.
 """
 import glob
@@ -31,10 +33,10 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 SEED = 0
 
 
-def main(out: str) -> None:
+def main(out: str, seed: int = SEED) -> None:
     os.makedirs(out, exist_ok=True)
-    random.seed(SEED)
-    torch.manual_seed(SEED)
+    random.seed(seed)
+    torch.manual_seed(seed)
 
     # 1. tokenizer: byte-level BPE trained on the Python stdlib sources (always on disk)
     stdlib = sysconfig.get_paths()["stdlib"]
@@ -93,7 +95,7 @@ def main(out: str) -> None:
     }
     info = {
         "builder": "lab/models/build_tiny_model.py",
-        "seed": SEED,
+        "seed": seed,
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
@@ -108,4 +110,4 @@ def main(out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "tiny-model")
+    main(sys.argv[1] if len(sys.argv) > 1 else "tiny-model", int(sys.argv[2]) if len(sys.argv) > 2 else SEED)

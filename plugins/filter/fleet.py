@@ -55,6 +55,7 @@ install_step = _filter(_installs.install_step)
 install_prune = _filter(_installs.prune_installs)
 comparable_pins = _filter(_installs.comparable_pins)
 pip_list_pins = _filter(_installs.pip_list_pins)
+running_model = _filter(_installs.running_model)
 
 
 class FilterModule:
@@ -76,4 +77,5 @@ class FilterModule:
             "install_prune": install_prune,
             "comparable_pins": comparable_pins,
             "pip_list_pins": pip_list_pins,
+            "running_model": running_model,
         }

@@ -1,7 +1,7 @@
 """Filters of the rolling restart and its schedules.
 
-The logic lives in ``plugins/module_utils/fleet/restart_plan.py`` and
-``schedule.py``, imported at the first call.
+The logic lives in ``plugins/module_utils/fleet/restart_plan.py``,
+``golden.py`` and ``schedule.py``, imported at the first call.
 """
 from __future__ import annotations
 
@@ -56,6 +56,11 @@ def restart_report_line(report):
     return _call("fleet.restart_plan", "PlanError", "report_line", _plain(report))
 
 
+def golden_record_name(model_path):
+    """The file of a model's own golden answers (golden.record_name)."""
+    return _call("fleet.golden", "GoldenError", "record_name", model_path)
+
+
 def rrule_problems(rrule):
     return _call("fleet.schedule", "ScheduleError", "rrule_problems", rrule)
 
@@ -75,6 +80,7 @@ class FilterModule:
             "restart_prefill_check": restart_prefill_check,
             "restart_report": restart_report,
             "restart_report_line": restart_report_line,
+            "golden_record_name": golden_record_name,
             "rrule_problems": rrule_problems,
             "restart_cron_job": restart_cron_job,
         }

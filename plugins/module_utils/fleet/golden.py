@@ -13,6 +13,11 @@ recording (0.0: equal). tests/fixtures/vllm-cpu-0.31 holds vLLM 0.31.0's and
 0.32.0's answers to the same greedy requests: the same ids and logprobs to the
 last bit, so the tolerance is for versions whose kernels differ.
 
+Each model's own answers are kept on the engine's head, one file per model
+folder (``record_name``): an upgrade that changes the model replays the
+candidate model's own answers, kept when it last served there, since the old
+model's answers say nothing of another model's.
+
 A response and a golden file are read as hostile text: a size limit, a depth
 limit, no key twice, no number past float's range, every figure checked.
 Standard library only, besides the shared ISO time reader and message quoting; nothing here raises but ``GoldenError``.
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 import json
 import math
 import re
@@ -60,6 +66,26 @@ _SEND_AGAIN = "check the engine's /v1/completions answer to request_body()"
 
 class GoldenError(ValueError):
     """A request, response, golden file or tolerance that cannot be used; the message says what to check."""
+
+
+# --- each model's own answers -------------------------------------------------------------
+
+MAX_MODEL_PATH = 4096
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def record_name(model_path: str) -> str:
+    """The file name under which the answers of the model at ``model_path``
+    (vLLM's --model, a folder) are kept: its last two parts, readable, and a
+    hash of the whole path, so that two folders never share a file."""
+    if not isinstance(model_path, str) or not model_path.strip() or "\0" in model_path \
+            or len(model_path) > MAX_MODEL_PATH:
+        raise GoldenError("a model's folder must be a non-empty path of at most %d characters, got %s"
+                          % (MAX_MODEL_PATH, brief(model_path)))
+    parts = [p for p in model_path.split("/") if p][-2:]
+    readable = _NAME_CHARS.sub("_", "--".join(parts))[:80].strip("._-") or "model"
+    digest = hashlib.sha256(model_path.encode("utf-8", errors="surrogatepass")).hexdigest()[:12]
+    return "%s-%s.json" % (readable, digest)
 
 
 # --- the golden request ------------------------------------------------------------------

@@ -14,6 +14,9 @@ is a restart onto the old folder. This module holds the pure part:
 - ``install_step``: what provisioning does with the stable path the units
   run from (a link to the running install): move a real folder aside, point
   it at the wanted install, and whether that would restart a serving engine;
+- ``running_model``: the model a serving unit runs, from systemd's view of
+  its ExecStart, so that provisioning sees a model change as it sees a
+  version change;
 - ``prune_plan``: which folders stay (the running install, the candidate, the
   ``keep`` newest others as rollback targets) and which go, with the bytes
   each side takes; ``prune_installs`` the same over a host's folder listing
@@ -46,6 +49,8 @@ MAX_PINS = 10000
 MAX_KEEP = 20
 MAX_INSTALLS = 1000
 MAX_BYTES = 2 ** 63
+# systemd's ExecStart property of one command: the argv of a vLLM unit is some kB.
+MAX_EXEC_START = 1 << 20
 _SEPARATORS = re.compile(r"[-_.]+")
 # pip's comment: a '#' at a line's start or after whitespace ('#egg=' in a URL is none).
 _COMMENT = re.compile(r"(?:^|\s)#.*")
@@ -245,6 +250,30 @@ def install_step(stable: str, wanted_id: str, link: t.Any, serving: bool, legacy
     restart = bool(serving) and current != target
     return {"target": target, "current": current, "adopt_to": adopt_to, "switch": switch, "restart": restart,
             "refuse": restart and not restart_serving}
+
+
+def running_model(exec_start: t.Any) -> str:
+    """The model a vLLM unit serves, read from systemd's ``ExecStart``
+    property (``systemctl show``: ``{ path=... ; argv[]=/opt/vllm/bin/vllm
+    serve /srv/models/m --host ... ; ... }``): the text after ``serve`` up to
+    the first flag. ``""`` when it names none (no unit, another command);
+    never raises. A model path holding `` --`` or `` ; `` reads short, and
+    so differs from the wanted one: that is a refusal to read, not a wrong
+    restart."""
+    if not isinstance(exec_start, str) or len(exec_start) > MAX_EXEC_START:
+        return ""
+    start = exec_start.find("argv[]=")
+    if start < 0:
+        return ""
+    argv = exec_start[start + len("argv[]="):]
+    end = argv.find(" ; ")
+    argv = argv if end < 0 else argv[:end]
+    serve = argv.find(" serve ")
+    if serve < 0:
+        return ""
+    rest = argv[serve + len(" serve "):]
+    stop = rest.find(" --")
+    return (rest if stop < 0 else rest[:stop]).strip()
 
 
 MAX_DU = 1 << 20

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 from ansible.module_utils.fleet import golden as g
@@ -155,3 +156,32 @@ def test_deep_and_huge_values_anywhere(fragment):
 ])
 def test_the_readers_take_linear_time(reader, build):
     assert_linear(reader, build, small=64 * 1024)
+
+
+# --- record_name: each model's own answers' file --------------------------------------------
+
+@given(st.one_of(st.text(max_size=300), st.binary(max_size=20), st.none(), st.integers(), st.lists(st.text())))
+def test_a_record_name_of_any_value_is_a_plain_file_name_or_refused(value):
+    try:
+        name = g.record_name(value)
+    except g.GoldenError:
+        return
+    assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}-[0-9a-f]{12}\.json", name) or \
+        re.fullmatch(r"model-[0-9a-f]{12}\.json", name), name
+
+
+@given(st.text(min_size=1, max_size=60), st.text(min_size=1, max_size=60))
+def test_two_folders_never_share_a_record(a, b):
+    try:
+        names = g.record_name(a), g.record_name(b)
+    except g.GoldenError:
+        return
+    assert (names[0] == names[1]) == (a == b)
+
+
+def test_a_record_name_says_which_model_and_is_linear():
+    assert g.record_name("/srv/models/tiny-b").startswith("models--tiny-b-")
+    assert g.record_name("/var/lib/vllm-fleet/models/lab--tiny/0123").startswith("lab--tiny--0123-")
+    with pytest.raises(g.GoldenError, match="non-empty path"):
+        g.record_name("x" * (g.MAX_MODEL_PATH + 1))
+    assert_linear(g.record_name, lambda n: "/a" * (n // 16), small=4096)

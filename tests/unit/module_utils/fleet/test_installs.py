@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from ansible.module_utils.fleet import installs as ins
-from hostile import OUT_OF_RANGE, raises_only
+from hostile import OUT_OF_RANGE, assert_linear, raises_only
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -367,3 +367,43 @@ def test_pip_list_pins_of_any_text_raises_only_its_error(text):
     got = raises_only(ins.InstallsError, ins.pip_list_pins, text)
     if got is not None:
         assert got == sorted(set(got)) and all(p == p.lower() for p in got)
+
+
+# --- running_model -------------------------------------------------------------------------
+
+# systemd's ExecStart property of the lab head's vllm.service (systemctl show -p ExecStart).
+LAB_EXEC_START = ("{ path=/opt/vllm/bin/vllm ; argv[]=/opt/vllm/bin/vllm serve /srv/models/tiny --host 10.200.0.11"
+                  " --port 8000 --served-model-name tiny --tensor-parallel-size 2 ; ignore_errors=no ;"
+                  " start_time=[Sun 2026-12-06 02:30:01 UTC] ; stop_time=[n/a] ; pid=812 ; code=(null) ;"
+                  " status=0/0 }")
+
+
+@pytest.mark.parametrize("exec_start, model", [
+    (LAB_EXEC_START, "/srv/models/tiny"),
+    (LAB_EXEC_START.replace("/srv/models/tiny", "/var/lib/vllm-fleet/models/lab--tiny/0123"),
+     "/var/lib/vllm-fleet/models/lab--tiny/0123"),
+    ("{ path=/opt/vllm/bin/vllm ; argv[]=/opt/vllm/bin/vllm serve /srv/models/my model ; ignore_errors=no }",
+     "/srv/models/my model"),                                                    # a space, no flag after it
+    ("{ path=/opt/vllm/bin/ray ; argv[]=/opt/vllm/bin/ray start --head ; ignore_errors=no }", ""),
+    ("", ""), ("[not set]", ""), (None, ""), (42, ""), ("argv[]=serve", ""),
+])
+def test_running_model_reads_the_units_model_or_none(exec_start, model):
+    assert ins.running_model(exec_start) == model
+
+
+@given(st.one_of(st.text(max_size=300), st.binary(max_size=50), st.none(), st.integers()),
+       st.text(alphabet="/abc-_.0", min_size=1, max_size=40))
+def test_running_model_of_any_value_is_text_and_never_raises(value, model):
+    assert isinstance(ins.running_model(value), str)
+    # A path (no spaces) named before the first flag reads back as itself.
+    assert ins.running_model("{ argv[]=/v/bin/vllm serve %s --port 1 ; x=y }" % model) == model
+
+
+@pytest.mark.parametrize("build", [
+    lambda n: "argv[]=/v serve" + " serve" * n + " --port 1",       # the model's scan over a long run
+    lambda n: "argv[]=" + " ;" * n,                                  # no separator, no serve
+    lambda n: "{ path=" + "x" * n,                                   # no argv at all
+])
+def test_running_model_is_linear_in_its_input(build):
+    assert_linear(ins.running_model, lambda n: build(n // 6), small=64 * 1024)
+    assert ins.running_model("x" * (ins.MAX_EXEC_START + 1)) == ""
