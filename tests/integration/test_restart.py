@@ -1,12 +1,14 @@
 """playbooks/rolling-restart.yml on the lab, under the load of the lab's
 multi-session client (lab/consumer): the cure for the prefill slow-down,
 with the consumers on the lab's fallback model while the only engine restarts
-(direct mode, vllm_fleet_fallback_url named), the controller interrupted, the
-fallback down, a Ray worker crash while serving, a worker host down before and
-during a restart, a failure mid-restart, the cron entry's exact command line, and two
-one-host engines restarted one after the other in direct mode (repointed)
-and in gate mode (drained at the gate).
+(direct mode, vllm_fleet_fallback_url named), the fallback down, a Ray worker
+crash while serving, a worker host down before and during a restart, a
+failure mid-restart, the cron entry's exact command line, and two one-host
+engines restarted one after the other in direct mode (repointed) and in gate
+mode (drained at the gate).
 
+The controller interrupted mid-run is test_upgrade.py's last switch: the
+upgrade and the rolling restart share playbooks/drained-restart.yml.
 Runs after the molecule scenarios and before test_diagnose.py, on the lab
 engine as the inventory defines it. Each test leaves the engine healthy and
 the consumers on it, except the lost worker's, which leaves both to the
@@ -26,7 +28,6 @@ from labtools import (
     REPO,
     files_holding,
     finish,
-    interrupt,
     lab_sh,
     on_host,
     restart,
@@ -34,7 +35,6 @@ from labtools import (
     secret_values,
     start_playbook,
     stop_engines,
-    was_interrupted,
 )
 from test_serving_modes import (
     CLIENT,
@@ -155,38 +155,6 @@ def test_when_degraded_finds_the_slow_down_restarts_and_cures_it_with_planned_fa
     assert report["engines"][0]["outcome"] == "skipped" and report["engines"][0]["verdict"] == "healthy", report
     assert said(again, "skip engine_lab: healthy: nothing to cure")
     assert again.changed() == {}, "a run with nothing to restart changed something"
-
-
-def test_an_interrupted_restart_leaves_the_consumers_served_and_the_next_run_brings_them_back(
-        client, play, tmp_path):
-    """Fault: the controller interrupted (Ctrl-C: SIGINT to ansible-playbook's process group) just
-    after the consumers moved to the fallback. Expected: the run exits non-zero saying it was
-    interrupted; the consumers stay on the fallback, which serves them (0 errors, 0 fallbacks of
-    their own); the next when-degraded run says what the stopped run left and brings them back
-    to the engine (restarting it first if the interrupt caught it stopping)."""
-    since = now_ts()
-    out = tmp_path / "interrupted.log"
-    run = start_playbook("playbooks/rolling-restart.yml", "-e", "restart_policy=always",
-                         "-e", f"vllm_restart_report_path={tmp_path / 'interrupted.json'}", out=out)
-    try:
-        wait_for(lambda: f"OPENAI_BASE_URL={FALLBACK_URL}" in endpoint_env(), 300, "the consumers on the fallback")
-        interrupt(run)
-    finally:
-        rc = finish(run, timeout=120)
-    text = out.read_text()
-    assert was_interrupted(rc, text), text[-3000:]
-    assert files_holding(tmp_path, secret_values()) == []
-    assert f"OPENAI_BASE_URL={FALLBACK_URL}" in endpoint_env()
-    mark = now_ts()
-    wait_for(lambda: summary(mark)["by_base_url"].get(FALLBACK_URL, {}).get("ok", 0) >= 3, 60,
-             "answers from the fallback after the interrupt")
-
-    r, report = restart(play, tmp_path)
-    assert r.rc == 0, "the run after the interrupt failed"
-    assert said(r, f"Left by a stopped run: the consumers are on {FALLBACK_URL} (a run stopped before it brought"
-                   " them back)")
-    assert report["outcome"] == "succeeded", report
-    back_on_the_engine_with_nothing_lost(since, via=FALLBACK_URL, what="answers from the engine after the rerun")
 
 
 def test_a_fallback_that_does_not_answer_stops_the_run_before_anything_changes(client, play, tmp_path):

@@ -8,8 +8,10 @@ equal to the last bit) with the old install kept; then two bad candidates,
 pool too small to start, each rolled back by itself to 0.31.0; then up to
 0.32.0 again, the inventory's, with the lab's second model (tiny-b), whose
 answers are recorded and repeated as its own; then back to the inventory's
-model, whose own answers, kept when it last served, are replayed. Zero
-failed requests throughout. Before all of it, --check --diff shows the
+model, the controller interrupted once the consumers are on the fallback
+and the next run finishing the switch and bringing them back, the model's
+own answers, kept when it last served, replayed. Zero failed requests
+throughout. Before all of it, --check --diff shows the
 plan, changes nothing and shows no secret.
 
 Runs after the molecule scenarios and before test_restart.py (whose client
@@ -21,9 +23,19 @@ from __future__ import annotations
 import json
 
 import pytest
-from labtools import lab_args, on_host, said, secret_values
+from labtools import (
+    files_holding,
+    finish,
+    interrupt,
+    lab_args,
+    on_host,
+    said,
+    secret_values,
+    start_playbook,
+    was_interrupted,
+)
 from test_restart import FALLBACK_URL, back_on_the_engine_with_nothing_lost, client  # noqa: F401
-from test_serving_modes import now_ts
+from test_serving_modes import endpoint_env, now_ts, summary, wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -150,10 +162,32 @@ def test_an_upgrade_switches_down_and_up_proven_and_a_bad_candidate_rolls_back(c
     assert set(kept) == {MODEL_A, MODEL_B}, kept
     assert kept[MODEL_A] != kept[MODEL_B], "the second model answers as the first: no model changed"
 
-    # 4. Back to the inventory's model: its own answers, kept when it last served, replayed.
+    # 4. Back to the inventory's model, the controller interrupted (Ctrl-C: SIGINT to
+    # ansible-playbook's process group) just after the consumers moved to the fallback: the run
+    # exits saying so, the fallback serves them, and the next run finishes the switch and brings
+    # them back. The model's own answers, kept when it last served here, are replayed. (This is
+    # also the rolling restart's interrupted run: both are playbooks/drained-restart.yml.)
     since = now_ts()
+    out = tmp_path / "interrupted.log"
+    run = start_playbook("playbooks/upgrade.yml", "-e", f"vllm_restart_report_path={tmp_path / 'interrupted.json'}",
+                         out=out)
+    try:
+        wait_for(lambda: f"OPENAI_BASE_URL={FALLBACK_URL}" in endpoint_env(), 600, "the consumers on the fallback")
+        interrupt(run)
+    finally:
+        rc = finish(run, timeout=120)
+    text = out.read_text()
+    assert was_interrupted(rc, text), text[-3000:]
+    assert files_holding(tmp_path, secret_values()) == []
+    assert f"OPENAI_BASE_URL={FALLBACK_URL}" in endpoint_env()
+    mark = now_ts()
+    wait_for(lambda: summary(mark)["by_base_url"].get(FALLBACK_URL, {}).get("ok", 0) >= 3, 60,
+             "answers from the fallback after the interrupt")
+
     r, report = upgrade(play, tmp_path)
-    assert r.rc == 0, "the upgrade back to the inventory's model failed"
+    assert r.rc == 0, "the upgrade after the interrupt failed"
+    assert said(r, f"Left by a stopped run: the consumers are on {FALLBACK_URL} (a run stopped before it brought"
+                   " them back)")
     (engine,) = report["engines"]
     golden = engine["upgrade"]["golden"]
     assert golden["against"] == f"the answers of {MODEL_A}, kept when it last served here", golden
