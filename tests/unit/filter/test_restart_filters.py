@@ -41,7 +41,8 @@ class JinjaLike(Mapping):
 
 def test_filters_are_registered():
     assert set(FILTERS) == {"restart_plan", "restart_pool_check", "restart_prefill_check", "restart_report",
-                            "restart_report_line", "rrule_problems", "restart_cron_job"}
+                            "restart_report_line", "rrule_problems", "restart_cron_job",
+                            "golden_record_name"}
 
 
 # --- restart_plan -------------------------------------------------------------------------
