@@ -42,6 +42,8 @@ pytestmark = pytest.mark.lab
 DOWN = {"vllm_install_version": "0.31.0", "vllm_install_lock_file": "vllm-fleet-lock-0.31.0.txt"}
 # The inventory's model and the lab's second one (lab/models/build_tiny_model.py, seed 1).
 MODEL_A, MODEL_B = "/srv/models/tiny", "/srv/models/tiny-b"
+# Where the head keeps each model's own answers (roles/vllm_restart/vars/main.yml).
+GOLDEN_DIR = "/var/lib/vllm-fleet/upgrade/golden"
 
 
 def upgrade(play, tmp_path, *args, **extravars):
@@ -79,7 +81,7 @@ def rolled_back_with_nothing_lost(play, tmp_path, why: str, **extravars) -> dict
 def own_answers(host: str) -> dict:
     """Each model's own answers the upgrades kept on the head: {model folder: token ids per sample}."""
     kept = {}
-    for path in on_host(host, "ls /var/lib/vllm-fleet/upgrade/golden/*.json").split():
+    for path in on_host(host, f"ls {GOLDEN_DIR}/*.json").split():
         data = json.loads(on_host(host, f"cat {path}"))
         folder = MODEL_B if path.rsplit("/", 1)[1].startswith("models--tiny-b-") else MODEL_A
         kept[folder] = [sample["token_ids"] for sample in data["samples"]]
@@ -148,6 +150,7 @@ def test_an_upgrade_switches_down_and_up_proven_and_a_bad_candidate_rolls_back(c
     # 3. Up to the inventory's 0.32.0 with the lab's second model (tiny-b: another seed, other
     # weights): its install is still there, nothing is downloaded; the model is one this engine
     # never served, so its answers are recorded on the candidate and repeated, and kept as its own.
+    on_host("lab1", f"rm -f {GOLDEN_DIR}/models--tiny-b-*.json")  # a dev lab's earlier run kept them
     since = now_ts()
     r, report = upgrade(play, tmp_path, vllm_install_model_source=f"host:{MODEL_B}")
     assert r.rc == 0, "the upgrade to 0.32.0 with the second model failed"

@@ -239,8 +239,9 @@ def prefill_check(before: t.Any, after: t.Any, limit: t.Any) -> dict:
 
     ``before`` and ``after`` are seconds per prompt token (the probe's
     baselines: the diagnosis' reference on the old install, vllm_verify's new
-    one); ``limit`` the largest ratio after/before that passes (the engine's
-    prefill threshold floor, the probe's own noise margin). Without one of
+    one); ``limit`` the largest ratio after/before that passes
+    (vllm_restart_prefill_limit: the engine's prefill threshold floor, the
+    probe's own noise margin, unless the site says otherwise). Without one of
     the two there is nothing to compare: ok, and the message says so."""
     lim = finite_float(limit)
     if lim is None or not lim >= 1:
@@ -255,11 +256,11 @@ def prefill_check(before: t.Any, after: t.Any, limit: t.Any) -> dict:
     if ratio is None:  # past float's range: slower than any limit
         return {"before": b, "after": a, "ratio": None, "limit": lim, "ok": False,
                 "message": "prefill %.3g s/token against the old install's %.3g s/token, past the %.2fx limit "
-                           "(vllm_fleet_prefill_threshold_floor)" % (a, b, lim)}
+                           "(vllm_restart_prefill_limit)" % (a, b, lim)}
     ok = ratio <= lim
     text = "prefill %.3g ms/token, %.2fx the old install's %.3g ms/token" % (a * 1000, ratio, b * 1000)
     return {"before": b, "after": a, "ratio": round(ratio, 3), "limit": lim, "ok": ok,
-            "message": text + ("" if ok else ", past the %.2fx limit (vllm_fleet_prefill_threshold_floor)" % lim)}
+            "message": text + ("" if ok else ", past the %.2fx limit (vllm_restart_prefill_limit)" % lim)}
 
 
 def _left_behind(rows: t.List[dict], mode: str, consumer_url: str, consumers_at: t.Any, drained: t.Any,

@@ -96,7 +96,7 @@ def test_restart_pool_check():
 
 def test_restart_prefill_check():
     got = FILTERS["restart_prefill_check"]("0.001", 0.002, 1.5)
-    assert got["ok"] is False and "vllm_fleet_prefill_threshold_floor" in got["message"]
+    assert got["ok"] is False and "vllm_restart_prefill_limit" in got["message"]
     with pytest.raises(AnsibleFilterError, match="the prefill limit must be a ratio of 1 or more"):
         FILTERS["restart_prefill_check"](0.001, 0.001, 0.5)
 
