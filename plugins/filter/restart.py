@@ -61,6 +61,11 @@ def golden_record_name(model_path):
     return _call("fleet.golden", "GoldenError", "record_name", model_path)
 
 
+def golden_reference(model, model_changes, live=None, kept=None, live_error=""):
+    """What an upgrade's candidate must answer (golden.reference)."""
+    return _call("fleet.golden", "GoldenError", "reference", model, model_changes, live, kept, live_error)
+
+
 def rrule_problems(rrule):
     return _call("fleet.schedule", "ScheduleError", "rrule_problems", rrule)
 
@@ -81,6 +86,7 @@ class FilterModule:
             "restart_report": restart_report,
             "restart_report_line": restart_report_line,
             "golden_record_name": golden_record_name,
+            "golden_reference": golden_reference,
             "rrule_problems": rrule_problems,
             "restart_cron_job": restart_cron_job,
         }

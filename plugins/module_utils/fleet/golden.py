@@ -88,6 +88,38 @@ def record_name(model_path: str) -> str:
     return "%s-%s.json" % (readable, digest)
 
 
+def reference(model: str, model_changes: bool, live: t.Optional[str] = None, kept: t.Optional[str] = None,
+              live_error: str = "") -> dict:
+    """What an upgrade's candidate on ``model`` (its folder) must answer:
+    ``{"text": <a golden file's text, or None>, "against": <the report's words>}``.
+
+    ``live`` is the old install's recording a minute ago (golden JSON), ``kept``
+    the file of the candidate model's own answers (``record_name``), either
+    None when there is none; ``live_error`` why there is no recording. The
+    same model: the old install's answers. Another model (``model_changes``),
+    or no recording: the model's own, kept when it last served there. Neither:
+    ``text`` None, and the candidate's own answers are recorded and repeated
+    (a repeat, not a comparison with known answers; the words say why)."""
+    if not isinstance(model, str) or not model.strip() or len(model) > MAX_MODEL_PATH:
+        raise GoldenError("the candidate's model folder must be a non-empty path of at most %d characters, got %s"
+                          % (MAX_MODEL_PATH, brief(model)))
+    if not isinstance(model_changes, bool):
+        raise GoldenError("model_changes must be true or false, got %s" % brief(model_changes))
+    for name, value in (("live", live), ("kept", kept)):
+        if value is not None and not isinstance(value, str):
+            raise GoldenError("%s must be a golden file's text or none, got %s" % (name, brief(value)))
+    if not isinstance(live_error, str):
+        raise GoldenError("live_error must be text, got %s" % brief(live_error))
+    if live is not None and not model_changes:
+        return {"text": live, "against": "the answers of the old install"}
+    if kept is not None:
+        return {"text": kept, "against": "the answers of %s, kept when it last served here" % model}
+    why = ("the model changes to %s, which this engine has not served" % model if model_changes
+           else "the old install gave none (%s)" % (live_error or "none made"))
+    return {"text": None, "against": "its own answers, recorded on the candidate just before: %s and none is kept"
+                                     " for it; a repeat, not a comparison with known answers" % why}
+
+
 # --- the golden request ------------------------------------------------------------------
 
 def request_body(model: str, prompt: str, max_tokens: int = 16) -> dict:

@@ -42,7 +42,7 @@ class JinjaLike(Mapping):
 def test_filters_are_registered():
     assert set(FILTERS) == {"restart_plan", "restart_pool_check", "restart_prefill_check", "restart_report",
                             "restart_report_line", "rrule_problems", "restart_cron_job",
-                            "golden_record_name"}
+                            "golden_record_name", "golden_reference"}
 
 
 # --- restart_plan -------------------------------------------------------------------------

@@ -185,3 +185,31 @@ def test_a_record_name_says_which_model_and_is_linear():
     with pytest.raises(g.GoldenError, match="non-empty path"):
         g.record_name("x" * (g.MAX_MODEL_PATH + 1))
     assert_linear(g.record_name, lambda n: "/a" * (n // 16), small=4096)
+
+
+# --- reference: what an upgrade's candidate must answer -------------------------------------
+
+@pytest.mark.parametrize("changes, live, kept, text, against", [
+    (False, "L", "K", "L", "the answers of the old install"),                        # same model: live first
+    (False, None, "K", "K", "the answers of /m/b, kept when it last served here"),   # no live: the model's own
+    (True, "L", "K", "K", "the answers of /m/b, kept when it last served here"),     # another model: its own
+    (True, "L", None, None, "the model changes to /m/b, which this engine has not served"),
+    (False, None, None, None, "the old install gave none (HTTP 503)"),
+])
+def test_the_reference_is_the_old_install_then_the_models_own_then_a_repeat(changes, live, kept, text, against):
+    got = g.reference("/m/b", changes, live=live, kept=kept, live_error="HTTP 503")
+    assert got["text"] == text and against in got["against"], got
+    if text is None:
+        assert got["against"].startswith("its own answers, recorded on the candidate just before: ")
+        assert got["against"].endswith("a repeat, not a comparison with known answers")
+
+
+@given(st.one_of(st.text(max_size=50), st.none(), st.integers()), st.one_of(st.booleans(), st.none(), st.text()),
+       st.one_of(st.text(max_size=20), st.none(), st.integers()), st.one_of(st.text(max_size=20), st.none()),
+       st.one_of(st.text(max_size=20), st.none()))
+def test_a_reference_of_any_input_is_one_of_the_three_or_refused(model, changes, live, kept, error):
+    try:
+        got = g.reference(model, changes, live=live, kept=kept, live_error=error)
+    except g.GoldenError:
+        return
+    assert set(got) == {"text", "against"} and got["text"] in (live, kept, None)
