@@ -15,7 +15,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 PLAYBOOKS := site.yml $(wildcard playbooks/*.yml) $(wildcard lab/playbooks/*.yml)
 
-.PHONY: help venv lint yamllint ansible-lint ruff syntax unit test lab-e2e bench clean demo molecule
+.PHONY: watch-tools help venv lint yamllint ansible-lint ruff syntax unit test lab-e2e bench clean demo molecule
 
 include lab/lab.mk
 
@@ -56,9 +56,26 @@ syntax: $(STAMP) ## ansible-playbook --syntax-check on every playbook
 	  echo "   ok  $$pb"; \
 	done
 
+# promtool and amtool, for the watch rules' tests (tests/unit/watch): unpacked
+# from Debian's own packages into .cache, so that nothing is installed on this
+# machine and no service starts here. The lab's hosts install the same
+# packages for real (roles/fleet_watch).
+WATCH_TOOLS := .cache/watch-tools
+PROMTOOL := $(WATCH_TOOLS)/usr/bin/promtool
+WATCH_DEBS := prometheus prometheus-alertmanager
+$(PROMTOOL):
+	@echo ">> promtool and amtool from Debian's $(WATCH_DEBS) packages, into $(WATCH_TOOLS)"
+	@rm -rf $(WATCH_TOOLS) && mkdir -p $(WATCH_TOOLS)/debs
+	@cd $(WATCH_TOOLS)/debs && { apt-get download -q $(WATCH_DEBS) >/dev/null 2>&1 \
+	  || { apt-get update -q >/dev/null && apt-get download -q $(WATCH_DEBS) >/dev/null; }; }
+	@for deb in $(WATCH_TOOLS)/debs/*.deb; do dpkg-deb -x "$$deb" $(WATCH_TOOLS); done
+	@$(PROMTOOL) --version | head -n1
+
+watch-tools: $(PROMTOOL) ## promtool and amtool (the watch rules' tests), from Debian's packages into .cache
+
 # One worker a core (pytest-xdist): the tests share no state but free ports
 # and tmp_path, and assert_linear compares times within one worker.
-unit: $(STAMP) ## pytest: module_utils, modules, filters, docs
+unit: $(STAMP) $(PROMTOOL) ## pytest: module_utils, modules, filters, docs
 	@echo ">> pytest"
 	$(BIN)/python -m pytest -q -n auto tests/unit
 
@@ -66,7 +83,7 @@ unit: $(STAMP) ## pytest: module_utils, modules, filters, docs
 # waiting on the network and the disk) runs in the background while lint,
 # syntax and the unit tests use the CPUs; lab-e2e then finds it current.
 LAB_BUILD_LOG := .cache/lab-build.log
-test: $(STAMP) ## Everything CI runs: lint, syntax, unit tests (the lab builds meanwhile), then the lab end to end
+test: $(STAMP) $(PROMTOOL) ## Everything CI runs: lint, syntax, unit tests (the lab builds meanwhile), then the lab end to end
 	@mkdir -p .cache
 	@echo ">> lab build in the background (log: $(LAB_BUILD_LOG))"
 	@start=$$SECONDS; \

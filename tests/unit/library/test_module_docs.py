@@ -307,6 +307,15 @@ def _vllm_golden_info(run_module, tmp_path, monkeypatch):
         return run_module(t.module, {"url": fake.url, "model": t.MODEL, "recorded": t.json.dumps(recorded)})
 
 
+def _vllm_watch_metrics(run_module, tmp_path, monkeypatch):
+    import test_vllm_watch_metrics as t
+
+    head = tmp_path / "head"
+    (head / "textfile").mkdir(parents=True)
+    t.shutil.copy(t.BASELINE, head / "prefill-baseline.json")
+    return run_module(t.module, t.args(head))
+
+
 RUNS = {
     "gpu_preflight_info": _gpu_preflight_info,
     "ray_cluster_info": _ray_cluster_info,
@@ -317,6 +326,7 @@ RUNS = {
     "vllm_health_info": _vllm_health_info,
     "vllm_kv_cache_info": _vllm_kv_cache_info,
     "vllm_prefill_probe": _vllm_prefill_probe,
+    "vllm_watch_metrics": _vllm_watch_metrics,
 }
 
 

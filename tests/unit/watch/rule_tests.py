@@ -1,0 +1,105 @@
+"""Build `promtool test rules` files from the series recorded on the lab (tests/fixtures/watch/).
+
+A fixture is what the lab's Prometheus scraped while one scenario ran
+(lab/watch/record_series.py): every series a rule reads, as [unix time, value]
+pairs on a 5 s grid. Here it becomes promtool's input_series on the same grid,
+time 0 being the fixture's start; the toolkit's own vllm_fleet_* series (which
+node-exporter's textfile collector serves on the head) come from the baseline
+the lab's prefill probe recorded (prefill-baseline.json), through the same
+renderer the engine hosts use.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pathlib
+import subprocess
+
+import yaml
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+FIXTURES = REPO / "tests" / "fixtures" / "watch"
+RULES = REPO / "roles" / "fleet_watch" / "files" / "etc" / "prometheus" / "vllm-fleet" / "rules.yml"
+PROMTOOL = pathlib.Path(os.environ.get("PROMTOOL", REPO / ".cache" / "watch-tools" / "usr" / "bin" / "promtool"))
+ENGINE = "engine_lab"
+
+
+def promtool() -> str:
+    if not PROMTOOL.is_file():
+        raise AssertionError(f"promtool is missing at {PROMTOOL}: run `make watch-tools` (make unit does it)")
+    return str(PROMTOOL)
+
+
+def load(scenario: str) -> dict:
+    return json.loads((FIXTURES / f"{scenario}.json").read_text())
+
+
+def _series_name(labels: dict) -> str:
+    name = labels["__name__"]
+    rest = ",".join(f'{k}={json.dumps(v)}' for k, v in sorted(labels.items()) if k != "__name__")
+    return f"{name}{{{rest}}}"
+
+
+def _values(points: list, start: float, step: float, count: int) -> str:
+    grid = ["_"] * count
+    for t, v in points:
+        i = round((float(t) - start) / step)
+        if 0 <= i < count:
+            value = float(v)
+            grid[i] = "stale" if math.isnan(value) else repr(value)
+    return " ".join(grid)
+
+
+def edited(doc: dict, match: dict, from_s: float, value: float) -> dict:
+    """``doc`` with the series whose labels include ``match`` set to ``value`` from ``from_s``
+    (seconds after the start) on: a recorded scenario with one named change, for a fault the
+    lab has no knob for. The edit is in the test's table, never in the fixture."""
+    out = dict(doc, series=[])
+    hit = False
+    for s in doc["series"]:
+        if all(s["metric"].get(k) == v for k, v in match.items()):
+            hit = True
+            s = dict(s, values=[[t, str(value) if float(t) - doc["start"] >= from_s else v] for t, v in s["values"]])
+        out["series"].append(s)
+    assert hit, f"no series of {doc['scenario']} matches {match}"
+    return out
+
+
+def input_series(doc: dict, toolkit: dict) -> list:
+    """promtool's input_series: the fixture's series, then the toolkit's constant ones."""
+    step = doc["step_s"]
+    count = int((doc["end"] - doc["start"]) // step) + 1
+    out = [{"series": _series_name(s["metric"]), "values": _values(s["values"], doc["start"], step, count)}
+           for s in doc["series"] if not s["metric"]["__name__"].startswith("vllm_fleet_")]
+    for name, value in toolkit.items():
+        labels = {"__name__": name, "fleet_engine": ENGINE, "job": "node", "instance": "10.200.0.11:9100"}
+        out.append({"series": _series_name(labels), "values": f"{value!r}x{count - 1}"})
+    return out
+
+
+def duration(doc: dict) -> int:
+    return int((doc["end"] - doc["start"]) // doc["step_s"]) * doc["step_s"]
+
+
+def firing_at(eval_s: int, alerts: list) -> dict:
+    """A promql_expr_test: at eval_s, exactly these alerts fire (the heartbeat aside)."""
+    return {
+        "expr": 'ALERTS{alertstate="firing",alertname!="FleetWatchHeartbeat"}',
+        "eval_time": f"{eval_s}s",
+        "exp_samples": [{"labels": _series_name({"__name__": "ALERTS", "alertstate": "firing", **a}), "value": 1}
+                        for a in alerts],
+    }
+
+
+def run(tmp_path: pathlib.Path, doc: dict, toolkit: dict, expr_tests: list) -> subprocess.CompletedProcess:
+    test = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": f"{doc['step_s']}s",
+        "tests": [{"name": doc["scenario"], "interval": f"{doc['step_s']}s",
+                   "input_series": input_series(doc, toolkit), "promql_expr_test": expr_tests}],
+    }
+    path = tmp_path / f"{doc['scenario']}.test.yml"
+    path.write_text(yaml.safe_dump(test, sort_keys=False, width=1 << 20))
+    return subprocess.run([promtool(), "test", "rules", str(path)], capture_output=True, text=True, timeout=120)

@@ -1,0 +1,100 @@
+"""Every watch rule, under `promtool test rules`, on series recorded on the lab.
+
+Each scenario is a fixture (tests/fixtures/watch/<scenario>.json, recorded by
+lab/watch/record_series.py under a fault knob or none) and what must fire, and
+by when: the healthy ones fire nothing at any moment; each fault fires its
+alerts within the bound docs/watch.md states, and nothing before its knob. A
+fault the lab has no knob for is a recorded scenario with one named edit (the
+table says which), never a series written by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import yaml
+from ansible.module_utils.watch import textfile
+from prometheus_client.parser import text_string_to_metric_families
+from rule_tests import ENGINE, FIXTURES, RULES, duration, edited, firing_at, load, promtool, run
+
+# The lab's floor (inventory/lab/group_vars/vllm_engines/engine.yml).
+LAB_FLOOR = 1.5
+# What node-exporter serves from the head's textfile directory, as the engine host writes it:
+# the baseline the lab's probe recorded, through the same renderer.
+TOOLKIT = {
+    sample.name: sample.value
+    for family in text_string_to_metric_families(textfile.render(
+        ENGINE, ledger=None, budget_state=None, diagnosis=None,
+        baseline=json.loads((FIXTURES / "prefill-baseline.json").read_text()), floor=LAB_FLOOR))
+    for sample in family.samples
+}
+HEAL = {"severity": "page", "fleet_engine": ENGINE, "fleet_cure": "restart"}
+HEAD_API = "10.200.0.11:8000"
+WEDGED = {"alertname": "VllmEngineWedged", **HEAL}
+DEGRADED = {"alertname": "VllmPrefillDegraded", **HEAL}
+DOWN = {"alertname": "VllmEngineDown", **HEAL, "instance": HEAD_API}
+NOT_CURED = {"alertname": "VllmNotCuredByRestart", "severity": "page", "fleet_engine": ENGINE}
+PREEMPTING = {"alertname": "VllmPreempting", "severity": "warning", "fleet_engine": ENGINE}
+
+
+def watcher_down(job, instance):
+    return {"alertname": "FleetWatcherDown", "severity": "page", "job": job, "instance": instance}
+
+
+# name -> (fixture, edit or None, extra toolkit series, alerts firing by the bound, bound after the knob in s)
+FAULTS = {
+    "slow-prefill": ("slow-prefill", None, {}, [DEGRADED], 210),
+    "wedge": ("wedge", None, {}, [WEDGED], 120),
+    # Alertmanager stopped 30 s in (the recorded idle engine otherwise).
+    "alertmanager-stopped": ("healthy-idle", ({"job": "alertmanager"}, 30, 0), {},
+                             [watcher_down("alertmanager", "localhost:9093")], 75),
+    # Three preemptions 30 s in, on the recorded loaded engine.
+    "preempting": ("healthy-loaded", ({"__name__": "vllm:num_preemptions_total"}, 30, 3), {}, [PREEMPTING], 15),
+    # The restart budget spent, as the ledger's series say it.
+    "budget-spent": ("healthy-idle", None, {"vllm_fleet_restart_budget_exhausted": 1}, [NOT_CURED], 10),
+}
+
+
+def _quiet_throughout(doc, until=None):
+    end = until if until is not None else duration(doc)
+    return [firing_at(t, []) for t in range(0, end + 1, 15)]
+
+
+@pytest.mark.parametrize("scenario", ["healthy-idle", "healthy-loaded"])
+def test_a_healthy_engine_fires_nothing(tmp_path, scenario):
+    doc = load(scenario)
+    result = run(tmp_path, doc, TOOLKIT, _quiet_throughout(doc))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("name", sorted(FAULTS))
+def test_a_fault_fires_its_alerts_in_time_and_nothing_before(tmp_path, name):
+    fixture, edit, extra, alerts, bound = FAULTS[name]
+    doc = load(fixture)
+    if edit is not None:
+        doc = edited(doc, *edit)
+        knob = edit[1]
+    else:
+        knob = int(doc["knob_at"] - doc["start"])
+    step = doc["step_s"]
+    # Quiet up to the last evaluation before the knob.
+    last_before = int(knob) - step - int(knob) % step
+    before = [] if extra else _quiet_throughout(doc, until=last_before)
+    fired_by = min(knob + bound, duration(doc))
+    result = run(tmp_path, doc, {**TOOLKIT, **extra}, before + [firing_at(fired_by - fired_by % step, alerts)])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_alert_is_proven_by_a_scenario():
+    rules = yaml.safe_load(RULES.read_text())
+    alerts = {r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
+    proven = {a["alertname"] for *_, fired, _bound in FAULTS.values() for a in fired}
+    # The heartbeat fires always: the healthy scenarios' queries leave it out, a watcher test proves it.
+    assert alerts - {"FleetWatchHeartbeat", "VllmKvBound"} <= proven, sorted(alerts - proven)
+
+
+def test_the_rules_pass_promtools_check():
+    result = subprocess.run([promtool(), "check", "rules", str(RULES)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
