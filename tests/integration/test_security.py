@@ -27,7 +27,8 @@ SANDBOX_DOC = REPO / "docs" / "ports-and-secrets.md"
 UNIT_HOSTS = {"vllm-fleet-gate.service": "lab3", "vllm.service": "lab1", "ray.service": "lab1",
               "vllm-fleet-recover.service": "lab1", "vllm-fleet-recover-check.service": "lab2"}
 # The files that hold a key by design, and their modes.
-KEY_FILES = {"/etc/default/vllm": "600", "/etc/vllm-fleet/gate.json": "600", "/etc/vllm-fleet/endpoint.env": "640"}
+KEY_FILES = {"/etc/default/vllm": "600", "/etc/vllm-fleet/gate.json": "600", "/etc/vllm-fleet/endpoint.env": "640",
+             "/etc/prometheus/blackbox.yml": "640"}
 
 
 def test_the_runs_wrote_no_secret_on_the_controller():
@@ -72,7 +73,11 @@ def test_the_engine_and_the_gate_listen_only_where_the_inventory_says():
     for host, (address, link) in where.items():
         seen = listeners(host)
         for port, allowed in (("8000", {f"{address}:8000"}), ("8100", {f"{address}:8100"}),
-                              ("10001", {f"{link}:10001", "127.0.0.1:10001"}), ("8265", set())):
+                              ("10001", {f"{link}:10001", "127.0.0.1:10001"}), ("8265", set()),
+                              # The watch: node-exporter and Prometheus on the service address, the
+                              # canary's blackbox-exporter (which holds the key) and Alertmanager on loopback.
+                              ("9100", {f"{address}:9100"}), ("9090", {f"{address}:9090"}),
+                              ("9115", {"127.0.0.1:9115"}), ("9093", {"127.0.0.1:9093"})):
             on_port = {s for s in seen if s.rsplit(":", 1)[1] == port}
             assert on_port <= allowed, f"{host} listens on {sorted(on_port)}; only {sorted(allowed)} may"
     assert "10.200.0.11:8000" in listeners("lab1"), "the engine's API is not listening on the head's address"

@@ -61,6 +61,9 @@ SPREAD_MAX = 2.0
 # mostly served from the prefix cache, say little (a lab run read 1.5x over
 # 5 s where 15 s read 32x).
 PASSIVE_PREFILLS = 4
+# A quiet sample spoiled by a lone request beside it (a watcher's canary) is
+# taken again while the engine reads quiet at once, up to this many tries.
+SAMPLE_TRIES = 3
 # A baseline file is a few kB; the module reads at most this much of one.
 MAX_BASELINE = 1 << 20
 # Past any served model's context (10M tokens at most): a larger count is garbage.

@@ -17,7 +17,9 @@ are ``decision.decide`` and ``decision.threshold``. Order of one probe:
 3. One warm-up (discarded; the first request after idle is slower). No answer
    within ``timeout`` while ``/health`` is 200: ``answered`` is false.
 4. Two samples, then two more only if ``decide`` asks. Each is checked quiet
-   on both sides; one that is not makes the verdict ``inconclusive``.
+   on both sides; one that is not is taken again while the engine reads quiet
+   at once (a lone request, such as a watcher's canary), up to SAMPLE_TRIES
+   tries, and otherwise makes the verdict ``inconclusive``.
 
 ``keep_baseline`` says whether a baseline already on the host is kept
 instead of recording a new one.
@@ -35,6 +37,7 @@ from ansible.module_utils.prefill.decision import (
     FLOOR,
     GROUP_SIZE,
     PASSIVE_PREFILLS,
+    SAMPLE_TRIES,
     Baseline,
     comparable,
     decide,
@@ -191,7 +194,7 @@ class _Busy(Exception):
         self.snapshot = snapshot
 
 
-def _quiet_sample(client: EngineClient, model: str, prompt: str, timeout: float):
+def _one_sample(client: EngineClient, model: str, prompt: str, timeout: float):
     try:
         sample, before, after = client.sample(model, prompt, timeout=timeout)
     except EngineTimeout:
@@ -201,6 +204,20 @@ def _quiet_sample(client: EngineClient, model: str, prompt: str, timeout: float)
     if not _quiet(before) or not _quiet(after):
         raise _Busy(after)
     return sample
+
+
+def _quiet_sample(client: EngineClient, model: str, prompt: str, timeout: float, tries: int = SAMPLE_TRIES):
+    """One sample on a quiet engine. A lone request beside it (a watcher's one-token canary,
+    every 15 s) spoils that sample only: while the engine reads quiet again at once, the
+    sample is taken again, up to ``tries`` times in all. Traffic (still running or waiting
+    after it) is busy."""
+    for attempt in range(1, tries + 1):
+        try:
+            return _one_sample(client, model, prompt, timeout)
+        except _Busy:
+            if attempt == tries or not _quiet(client.metrics()):
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def record(client: EngineClient, model: str, prompt_tokens: int, groups: int = 2,

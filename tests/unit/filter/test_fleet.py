@@ -195,7 +195,7 @@ LAB = {
     "lab2": dict(_LAB_ENGINE, ansible_host="10.200.0.12", vllm_fleet_address="10.201.0.12",
                  vllm_fleet_service_address="10.200.0.12", vllm_fleet_rank=1, group_names=_LAB_ENGINE_GROUPS),
     "lab3": {"ansible_host": "10.200.0.13", "gate_service_admin_token": "lab-admin-token-not-a-secret",
-             "group_names": ["consumers", "gate"]},
+             "group_names": ["consumers", "gate", "monitoring"]},
 }
 LAB_ENGINE_HOSTS = ["lab1", "lab2"]
 

@@ -13,7 +13,7 @@ import time
 import pytest
 from ansible.module_utils.fleet import diagnosis
 from ansible.module_utils.prefill import client as pc
-from ansible.module_utils.prefill.decision import FLOOR, GROUP_SIZE, PASSIVE_PREFILLS, Baseline
+from ansible.module_utils.prefill.decision import FLOOR, GROUP_SIZE, PASSIVE_PREFILLS, SAMPLE_TRIES, Baseline
 from ansible.module_utils.prefill.probe import Keep, keep_baseline, probe, record
 from prefill_fake import MODEL, PER_TOKEN, VERSION, FakeVllm, closed_port
 
@@ -460,6 +460,22 @@ def test_record_contended(fake, client, fast_settle):
     assert (r["verdict"], r["busy"]) == ("inconclusive", True)
     assert r["reason"] == "busy: another request ran while the baseline was taken"
     assert len(r["samples"]) == 3
+
+
+def test_record_a_lone_request_beside_a_sample_spoils_that_sample_only(fake, client, fast_settle):
+    """A watcher's one-token canary lands beside the fourth sample: the prefill count moves by
+    two, the engine reads quiet again at once, and that sample is taken again."""
+    fake.on_completion = lambda f, i: setattr(f, "time_count", f.time_count + 1) if i == 4 else None
+    recorded, r = record(client, MODEL, TOKENS)
+    assert recorded is not None and len(r["samples"]) == 8
+    assert len(fake.completions) == 1 + 8 + 1  # the warm-up, the samples and the one taken again
+
+
+def test_record_lone_requests_beside_every_try_of_a_sample_are_busy(fake, client, fast_settle):
+    fake.on_completion = lambda f, i: setattr(f, "time_count", f.time_count + 1) if i >= 4 else None
+    recorded, r = record(client, MODEL, TOKENS)
+    assert recorded is None and (r["verdict"], r["busy"]) == ("inconclusive", True)
+    assert len(fake.completions) == 4 + SAMPLE_TRIES
 
 
 def test_record_another_request_during_the_warm_up_is_no_failure(fake, client, fast_settle):
