@@ -39,14 +39,18 @@ NOT_CURED = {"alertname": "VllmNotCuredByRestart", "severity": "page", "fleet_en
 PREEMPTING = {"alertname": "VllmPreempting", "severity": "warning", "fleet_engine": ENGINE}
 
 
-def watcher_down(job, instance):
-    return {"alertname": "FleetWatcherDown", "severity": "page", "job": job, "instance": instance}
+def watcher_down(job, instance, **labels):
+    return {"alertname": "FleetWatcherDown", "severity": "page", "job": job, "instance": instance, **labels}
 
 
 # name -> (fixture, edit or None, extra toolkit series, alerts firing by the bound, bound after the knob in s)
 FAULTS = {
     "slow-prefill": ("slow-prefill", None, {}, [DEGRADED], 210),
     "wedge": ("wedge", None, {}, [WEDGED], 120),
+    # /health turns 503, /metrics still answers: the canary gets no token and nothing steps.
+    "kill-ray-worker": ("kill-ray-worker", None, {}, [WEDGED], 120),
+    # The head powered off: its /metrics and its node-exporter stop answering.
+    "host-stop": ("host-stop", None, {}, [DOWN, watcher_down("node", "10.200.0.11:9100", fleet_engine=ENGINE)], 90),
     # Alertmanager stopped 30 s in (the recorded idle engine otherwise).
     "alertmanager-stopped": ("healthy-idle", ({"job": "alertmanager"}, 30, 0), {},
                              [watcher_down("alertmanager", "localhost:9093")], 75),
