@@ -3,9 +3,8 @@ modes left the engine healthy and the watch running: Prometheus on lab3 scraping
 /metrics, the canary and node-exporter, with the toolkit's rules.
 
 No playbook runs here: site.yml installed the watch (test_site.py), and fleet_watch's molecule
-verify (test_molecule.py) checked its targets and rules. This file reads what Prometheus
-recorded meanwhile: every dashboard panel's query returns data, and since the engine's last
-start (end of test_site.py: the cutovers under load, the scenarios' checks) no alert fired.
+verify (test_molecule.py) checked its targets and rules and that only the heartbeat fires. This
+file reads what Prometheus recorded meanwhile: every dashboard panel's query returns data.
 """
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ import time
 import urllib.parse
 import urllib.request
 
-from labtools import REPO, on_host
+from labtools import REPO
 
 PROMETHEUS = "http://10.200.0.13:9090/api/v1"
 DASHBOARD = REPO / "roles" / "fleet_watch" / "files" / "grafana" / "vllm-fleet.json"
@@ -36,21 +35,3 @@ def test_every_dashboard_panel_returns_data():
             if not data["result"]:
                 empty.append(f"{panel['title']}: {target['expr']}")
     assert empty == [], f"panels with no data on the lab: {empty}"
-
-
-def test_no_alert_fired_while_the_engine_stayed_healthy():
-    """Proof 4 (quiet): from a minute after the engine's last start to now (the serving modes'
-    cutovers under load, every molecule verify), no alert but the heartbeat fired, not even
-    for one evaluation."""
-    started = float(on_host("lab1", "systemctl show -p ActiveEnterTimestampMonotonic --value vllm.service"))
-    uptime = float(on_host("lab1", "cut -d' ' -f1 /proc/uptime"))
-    since_start = uptime - started / 1e6
-    window = int(since_start - 60)
-    assert window >= 300, f"the engine started only {since_start:.0f} s ago: nothing to prove quiet over"
-    firing = 'ALERTS{alertstate="firing",alertname!="FleetWatchHeartbeat"}'
-    data = query("query", query=f"max_over_time({firing}[{window}s])")
-    fired = [r["metric"] for r in data["result"]]
-    print(f"quiet: no alert fired over the {window} s since the engine's last start (+60 s)")
-    assert fired == [], f"alerts fired on a healthy engine: {fired}"
-    heartbeat = query("query", query='ALERTS{alertname="FleetWatchHeartbeat",alertstate="firing"}')["result"]
-    assert heartbeat, "the heartbeat does not fire: the rules are not evaluated"
