@@ -24,14 +24,13 @@ Standard library only, besides the shared ISO time reader and message quoting; n
 """
 from __future__ import annotations
 
-import collections
 import dataclasses
 import hashlib
 import json
-import math
 import re
 import typing as t
 
+from ansible.module_utils.shared import strict_json
 from ansible.module_utils.shared.isotime import iso_timestamp
 from ansible.module_utils.shared.numeric import brief, quoted
 
@@ -46,8 +45,6 @@ MAX_RESPONSE = 1 << 20
 MAX_GOLDEN = 16 << 20
 # A completion nests 5 deep (choices, logprobs, top_logprobs), a golden file 4.
 MAX_DEPTH = 16
-# No figure here has more digits (a token id has at most 10).
-MAX_INT_DIGITS = 20
 TOKEN_ID_LIMIT = 2 ** 31
 # vLLM clamps a logprob at -9999.0; a log-probability is never above 0.
 LOGPROB_MIN = -10000.0
@@ -139,36 +136,6 @@ def request_body(model: str, prompt: str, max_tokens: int = 16) -> dict:
 
 # --- strict JSON ------------------------------------------------------------------------
 
-class _Refused(Exception):
-    """Raised inside json.loads' hooks; becomes a GoldenError naming the document."""
-
-
-def _unique_keys(pairs: t.List[t.Tuple[str, t.Any]]) -> dict:
-    # json.loads keeps the last of two equal keys: the document is ambiguous.
-    data = dict(pairs)
-    if len(data) != len(pairs):
-        twice = next(key for key, n in collections.Counter(key for key, _ in pairs).items() if n > 1)
-        raise _Refused("names %s twice" % brief(twice))
-    return data
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise _Refused("holds %s, a number past float's range" % brief(text))
-    return value
-
-
-def _short_int(text: str) -> int:
-    if len(text.lstrip("-")) > MAX_INT_DIGITS:
-        raise _Refused("holds an integer of %d digits" % len(text.lstrip("-")))
-    return int(text)
-
-
-def _no_constant(text: str) -> t.NoReturn:
-    raise _Refused("holds %s, which is no number" % text)
-
-
 def _strict_json(text: t.Union[str, bytes], what: str, limit: int, advice: str) -> t.Any:
     """The JSON value ``text`` holds, read as hostile input; GoldenError naming ``what`` otherwise."""
     if not isinstance(text, (str, bytes, bytearray)):
@@ -178,9 +145,8 @@ def _strict_json(text: t.Union[str, bytes], what: str, limit: int, advice: str) 
     if not isinstance(text, str):
         text = bytes(text).decode("utf-8", errors="replace")
     try:
-        data = json.loads(text, object_pairs_hook=_unique_keys, parse_float=_finite_float,
-                          parse_int=_short_int, parse_constant=_no_constant)
-    except _Refused as exc:
+        data = strict_json.loads(text)
+    except strict_json.Refused as exc:
         raise GoldenError("%s %s: %s" % (what, exc, advice)) from None
     except (ValueError, RecursionError) as exc:
         raise GoldenError("%s is not JSON (%s): %s" % (what, quoted(str(exc), 120), advice)) from None

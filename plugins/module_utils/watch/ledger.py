@@ -38,6 +38,7 @@ import typing as t
 from ansible.module_utils.fleet.diagnosis import VERDICTS
 from ansible.module_utils.fleet.record import ENGINE_NAME
 from ansible.module_utils.fleet.restart_plan import POLICIES
+from ansible.module_utils.shared import strict_json
 from ansible.module_utils.shared.numeric import brief, finite, quoted
 from ansible.module_utils.watch.errors import WatchError
 
@@ -53,8 +54,6 @@ MAX_BY = 256
 MAX_REASON = 2048
 # No GPU pool holds 2**53 tokens; a larger count is garbage.
 MAX_POOL = 2 ** 53
-# No figure in an entry has more digits (a pool of 2**53 has 16).
-MAX_INT_DIGITS = 20
 MAX_SKIP_REASON = 200
 
 _RESTART_KEYS = ("kind", "engine", "at", "trigger", "policy", "before", "after", "outcome", "settle_s", "evidence")
@@ -274,32 +273,7 @@ class Ledger:
 
 
 class _Refused(Exception):
-    """Raised inside json.loads' hooks: the line is skipped with its message."""
-
-
-def _unique_keys(pairs: t.List[t.Tuple[str, t.Any]]) -> dict:
-    # json.loads keeps the last of two equal keys: a hand edit made it ambiguous.
-    data = dict(pairs)
-    if len(data) != len(pairs):
-        raise _Refused("names a key twice")
-    return data
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if value in (float("inf"), float("-inf")):
-        raise _Refused("holds %s, a number past float's range" % quoted(text, 40))
-    return value
-
-
-def _short_int(text: str) -> int:
-    if len(text.lstrip("-")) > MAX_INT_DIGITS:
-        raise _Refused("holds an integer of %d digits" % len(text.lstrip("-")))
-    return int(text)
-
-
-def _no_constant(text: str) -> t.NoReturn:
-    raise _Refused("holds %s, which is no number" % text)
+    """Why a line holds no entry: the line is skipped with its message."""
 
 
 def _entry_of(text: str) -> t.Optional[dict]:
@@ -311,8 +285,9 @@ def _entry_of(text: str) -> t.Optional[dict]:
     if text[0] != "{" or text[-1] != "}":
         raise _Refused("no JSON object on the line (torn, or not an entry)")
     try:
-        data = json.loads(text, object_pairs_hook=_unique_keys, parse_float=_finite_float, parse_int=_short_int,
-                          parse_constant=_no_constant)
+        data = strict_json.loads(text)
+    except strict_json.Refused as exc:
+        raise _Refused(str(exc)) from None
     except (ValueError, RecursionError) as exc:
         raise _Refused("not JSON (%s)" % quoted(str(exc), 80)) from None
     try:
