@@ -122,12 +122,18 @@ def test_every_series_from_every_source():
         ("vllm_fleet_prefill_ratio", ()): 3.0,
         ("vllm_fleet_prefill_baseline_seconds_per_token", ()): decision.reference(BASELINE),
         ("vllm_fleet_prefill_threshold_ratio", ()): threshold.value,
-        ("vllm_fleet_prefill_passive_limit_ratio", ()): threshold.value * PASSIVE_MARGIN,
+        ("vllm_fleet_prefill_passive_limit_ratio", ()): threshold.value * T.WATCH_MARGIN,
         ("vllm_fleet_prefill_probe_prompt_tokens", ()): 1024,
     }
     # The lab's first two groups vary by 1.17x: the threshold is their noise's, over the floor.
     assert threshold.value > decision.FLOOR
     assert strict(render())["vllm_fleet_restarts_total"] == "counter"
+
+
+def test_the_alerts_limit_is_past_the_diagnosis_own_passive_margin():
+    """The healing loop diagnoses before it restarts: every alert must be a reading the diagnosis
+    also calls degraded, or the loop would answer the alert with nothing."""
+    assert T.WATCH_MARGIN > PASSIVE_MARGIN
 
 
 def test_the_rules_read_only_series_written_here():
