@@ -9,7 +9,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: vllm_watch_metrics
-short_description: Write an engine's own series (baseline, last diagnosis, cure ledger) for node-exporter
+short_description: Write an engine's own series (baseline, last diagnosis, cure ledger, budget) for node-exporter
 description:
   - Renders the engine's C(vllm_fleet_*) series from the files the toolkit keeps on the engine's head (the prefill
     baseline, the cure ledger, the last diagnosis) and writes them, atomically, to
@@ -46,6 +46,14 @@ options:
     description: The engine's prefill threshold floor (vllm_fleet_prefill_threshold_floor), 1 to 10.
     type: float
     required: true
+  budget_limit:
+    description: >-
+      The engine's restart budget (vllm_fleet_restart_budget). O(budget_limit) and O(budget_window_s) come
+      together; with them, the budget's series are exported from the ledger.
+    type: int
+  budget_window_s:
+    description: The restart budget's window in seconds (vllm_fleet_restart_budget_window_s).
+    type: float
 attributes:
   check_mode:
     support: full
@@ -89,6 +97,7 @@ import re
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.watch import budget as budget_mod
 from ansible.module_utils.watch import ledger as ledger_mod
 from ansible.module_utils.watch.errors import WatchError
 from ansible.module_utils.watch.textfile import render
@@ -101,6 +110,8 @@ ARGUMENT_SPEC = dict(
     diagnosis_path=dict(type="path", required=True),
     diagnosis=dict(type="dict"),
     floor=dict(type="float", required=True),
+    budget_limit=dict(type="int"),
+    budget_window_s=dict(type="float"),
 )
 
 
@@ -136,7 +147,8 @@ def _write(path, text):
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
+                           required_together=[("budget_limit", "budget_window_s")])
     p = module.params
     if not os.path.isdir(p["textfile_dir"]):
         module.exit_json(changed=False, file="", series=[],
@@ -151,8 +163,13 @@ def main():
         else:
             stored = _json(p["diagnosis_path"], "the last diagnosis")
         raw_ledger = _read(p["ledger_path"])
-        text = render(p["engine"], ledger=None if raw_ledger is None else ledger_mod.parse(raw_ledger),
-                      budget_state=None,
+        ledger = None if raw_ledger is None else ledger_mod.parse(raw_ledger)
+        state = None
+        if p["budget_limit"] is not None:
+            now = datetime.datetime.now(datetime.timezone.utc)
+            state = budget_mod.state(ledger or ledger_mod.Ledger(), p["engine"], now,
+                                     budget_mod.Budget(p["budget_limit"], p["budget_window_s"]))
+        text = render(p["engine"], ledger=ledger, budget_state=state,
                       diagnosis=None if stored is None else stored["diagnosis"],
                       diagnosed_at=None if stored is None else stored["at"],
                       baseline=_json(p["baseline_path"], "the prefill baseline"), floor=p["floor"])

@@ -10,7 +10,8 @@ operator), and by an operator's budget reset (playbooks/watch-reset.yml):
 restart  ``{"kind": "restart", "engine", "at" (the restart began, UTC),
          "trigger" (TRIGGERS), "policy" (restart_plan.POLICIES or null),
          "before": <Reading>, "after": <Reading or null>, "outcome" (OUTCOMES),
-         "settle_s", "evidence" (a path or null)}``
+         "settle_s", "evidence" (a path or null), "why" (the outcome in one
+         sentence, or null)}``
 reset    ``{"kind": "reset", "engine", "at", "by", "reason"}``
 
 A ``Reading`` is the engine's diagnosis (fleet/diagnosis.py) at one moment,
@@ -56,8 +57,9 @@ MAX_REASON = 2048
 MAX_POOL = 2 ** 53
 MAX_SKIP_REASON = 200
 
-_RESTART_KEYS = ("kind", "engine", "at", "trigger", "policy", "before", "after", "outcome", "settle_s", "evidence")
-_RESTART_OPTIONAL = ("policy", "after", "evidence")
+_RESTART_KEYS = ("kind", "engine", "at", "trigger", "policy", "before", "after", "outcome", "settle_s", "evidence",
+                 "why")
+_RESTART_OPTIONAL = ("policy", "after", "evidence", "why")
 _RESET_KEYS = ("kind", "engine", "at", "by", "reason")
 _READING_KEYS = ("verdict", "at", "prefill_ratio", "threshold", "uptime_s", "pool_tokens")
 _UTC = datetime.timezone.utc
@@ -227,7 +229,7 @@ def _check_entry(data: t.Any) -> dict:
         return {"kind": kind, "engine": check_engine(data["engine"]), "at": _iso(data["at"], "the reset's at"),
                 "by": _text(data["by"], "by", MAX_BY), "reason": _text(data["reason"], "reason", MAX_REASON)}
     _keys(data, "a restart entry", _RESTART_KEYS, _RESTART_OPTIONAL)
-    policy, after, evidence = data.get("policy"), data.get("after"), data.get("evidence")
+    policy, after, evidence, why = data.get("policy"), data.get("after"), data.get("evidence"), data.get("why")
     outcome = _choice(data["outcome"], "outcome", OUTCOMES)
     if after is None and outcome in ("cured", "not-cured"):
         raise WatchError("a %s restart needs its after reading" % outcome)
@@ -239,16 +241,18 @@ def _check_entry(data: t.Any) -> dict:
         "after": None if after is None else _reading(after, "after").as_dict(),
         "outcome": outcome, "settle_s": _number(data["settle_s"], "settle_s"),
         "evidence": None if evidence is None else _text(evidence, "evidence", MAX_PATH),
+        "why": None if why is None else _text(why, "why", MAX_REASON),
     }
 
 
 def restart_entry(engine: str, at: t.Union[str, datetime.datetime], *, trigger: str, before: t.Union[Reading, dict],
                   outcome: str = "pending", after: t.Union[Reading, dict, None] = None,
-                  policy: t.Optional[str] = None, settle_s: float = 0, evidence: t.Optional[str] = None) -> dict:
+                  policy: t.Optional[str] = None, settle_s: float = 0, evidence: t.Optional[str] = None,
+                  why: t.Optional[str] = None) -> dict:
     """The ledger entry of a restart of ``engine`` that began ``at``; WatchError on any bad field."""
     return _check_entry({"kind": "restart", "engine": engine, "at": at, "trigger": trigger, "policy": policy,
                          "before": before, "after": after, "outcome": outcome, "settle_s": settle_s,
-                         "evidence": evidence})
+                         "evidence": evidence, "why": why})
 
 
 def reset_entry(engine: str, at: t.Union[str, datetime.datetime], by: str, reason: str) -> dict:
@@ -380,3 +384,33 @@ def cured(after_first: t.Union[Reading, dict], after_settled: t.Union[Reading, d
     if any(r is not None and not r < limit for r in ratios):
         return False, "%s, not under %.2fx; healthy verdicts over %s" % (figures, limit, after)
     return True, "%s, under %.2fx; healthy after %s" % (figures, limit, after)
+
+
+# --- a restart's outcome -----------------------------------------------------------------
+
+def _begun(ledger: Ledger, engine: str, at: t.Any) -> dict:
+    """The restart of ``engine`` that began ``at``, as its latest line has it."""
+    began = _iso(at, "the restart's at")
+    for entry in restarts(ledger, engine):
+        if entry["at"] == began:
+            return entry
+    raise WatchError("the ledger has no restart of engine %s that began %s: the outcome of a restart is written "
+                     "after its first line" % (engine, began))
+
+
+def failed(ledger: Ledger, engine: str, at: t.Any, why: str) -> dict:
+    """The line that says the restart of ``engine`` begun ``at`` failed (``why``)."""
+    return _check_entry(dict(_begun(ledger, engine, at), outcome="failed", why=why))
+
+
+def settled(ledger: Ledger, engine: str, at: t.Any, after_first: t.Union[Reading, dict],
+            after_settled: t.Union[Reading, dict], threshold: float) -> dict:
+    """The line that says whether the restart of ``engine`` begun ``at`` cured it
+    (``cured``): its ``after`` is the settled reading, ``settle_s`` the time
+    between the two readings and ``why`` the reason, with both ratios."""
+    begun = _begun(ledger, engine, at)
+    first, last = _reading(after_first, "after_first"), _reading(after_settled, "after_settled")
+    ok, why = cured(first, last, threshold)
+    gap = max(0.0, (parse_time(last.at) - parse_time(first.at)).total_seconds())
+    return _check_entry(dict(begun, outcome="cured" if ok else "not-cured", after=last.as_dict(),
+                             settle_s=round(gap, 1), why=why))

@@ -316,10 +316,17 @@ def _vllm_watch_metrics(run_module, tmp_path, monkeypatch):
     return run_module(t.module, t.args(head))
 
 
+def _vllm_cure_ledger(run_module, tmp_path, monkeypatch):
+    import test_vllm_cure_ledger as t
+
+    return run_module(t.module, t.args(tmp_path, "budget", policy="when-degraded"))
+
+
 RUNS = {
     "gpu_preflight_info": _gpu_preflight_info,
     "ray_cluster_info": _ray_cluster_info,
     "ray_firewall_info": _ray_firewall_info,
+    "vllm_cure_ledger": _vllm_cure_ledger,
     "vllm_flags_info": _vllm_flags_info,
     "vllm_gate": _vllm_gate,
     "vllm_golden_info": _vllm_golden_info,

@@ -68,7 +68,7 @@ def test_a_restart_entry_holds_every_field_in_its_written_form():
         "after": {"verdict": "healthy", "at": "2026-12-01T03:32:00+00:00", "prefill_ratio": 1.02,
                   "threshold": 1.12, "uptime_s": 60.0, "pool_tokens": 4736},
         "outcome": "not-cured", "settle_s": 120,
-        "evidence": "/var/lib/vllm-fleet/evidence/engine_lab-20261201T033000Z.tar.gz"}
+        "evidence": "/var/lib/vllm-fleet/evidence/engine_lab-20261201T033000Z.tar.gz", "why": None}
 
 
 def test_a_line_is_one_compact_sorted_ascii_json_line():
@@ -341,3 +341,45 @@ def test_cured_refuses_what_is_no_reading(first, settled, threshold, words):
     with pytest.raises(WatchError) as exc:
         L.cured(first, settled, threshold)
     assert words in str(exc.value)
+
+
+# --- a restart's outcome, written after its first line -----------------------------------
+
+FIRST = reading("healthy", "2026-12-01T03:32:00+00:00", prefill_ratio=1.01, threshold=1.12, pool_tokens=4736)
+
+
+def _settled_at(seconds: int, ratio: float, verdict: str = "healthy") -> L.Reading:
+    at = (datetime.datetime(2026, 12, 1, 3, 32, tzinfo=UTC) + datetime.timedelta(seconds=seconds)).isoformat()
+    return reading(verdict, at, prefill_ratio=ratio, threshold=1.12, uptime_s=float(seconds))
+
+
+@pytest.mark.parametrize("settled_reading, outcome, words", [
+    (_settled_at(300, 1.03), "cured", "prefill 1.01x then 1.03x, under 1.12x; healthy after 300 s"),
+    (_settled_at(300, 1.9, "prefill-degraded"), "not-cured", "healthy right after the restart, then prefill-degraded"),
+    (_settled_at(300, 1.2), "not-cured", "not under 1.12x"),
+])
+def test_a_settled_restart_keeps_its_first_line_and_says_why(settled_reading, outcome, words):
+    ledger = ledger_of(restart(outcome="pending", evidence="/tmp/e.tar.gz"))
+    entry = L.settled(ledger, ENGINE, "2026-12-01T05:30:00+02:00", FIRST, settled_reading, 1.12)
+    assert entry["outcome"] == outcome and words in entry["why"]
+    assert entry["after"] == settled_reading.as_dict() and entry["settle_s"] == 300.0
+    assert {k: entry[k] for k in ("at", "trigger", "before", "evidence", "policy")} == {
+        "at": AT, "trigger": "alert", "before": DEGRADED.as_dict(), "evidence": "/tmp/e.tar.gz",
+        "policy": "when-degraded"}
+    # Appended, it is the restart's latest line: one restart, with its outcome.
+    both = L.parse(L.line(restart(outcome="pending")) + L.line(entry))
+    assert [e["outcome"] for e in L.restarts(both, ENGINE)] == [outcome]
+
+
+def test_a_failed_restart_says_where():
+    ledger = ledger_of(restart(outcome="pending"))
+    entry = L.failed(ledger, ENGINE, AT, "the server did not answer /health in 600 s")
+    assert (entry["outcome"], entry["after"], entry["why"]) == (
+        "failed", None, "the server did not answer /health in 600 s")
+
+
+@pytest.mark.parametrize("engine, at", [("engine_b", AT), (ENGINE, "2026-12-01T03:31:00+00:00")])
+def test_an_outcome_needs_its_restarts_first_line(engine, at):
+    ledger = ledger_of(restart(outcome="pending"))
+    with pytest.raises(WatchError, match="has no restart of engine %s that began" % engine):
+        L.failed(ledger, engine, at, "boom")
