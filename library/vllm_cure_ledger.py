@@ -44,7 +44,9 @@ options:
     type: float
     default: 21600
   policy:
-    description: Needed by O(action=budget). The run's restart policy; C(always) overrides a spent budget, with a warning.
+    description: >-
+      Needed by O(action=budget). The run's restart policy; C(always) overrides a spent budget, with a
+      warning.
     type: str
     choices: [always, when-degraded]
   inventory_arg:
@@ -63,7 +65,9 @@ options:
     description: Where the evidence kept before the restart is (C(action=begin)).
     type: str
   at:
-    description: Needed by O(action=failed) and O(action=settled). When the restart began, ISO 8601 with its offset (the C(at) that O(action=begin) returned).
+    description: >-
+      Needed by O(action=failed) and O(action=settled). When the restart began, ISO 8601 with its offset (the
+      C(at) that O(action=begin) returned).
     type: str
   why:
     description: Needed by O(action=failed). Why the restart failed.

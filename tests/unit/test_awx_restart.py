@@ -117,7 +117,9 @@ def test_a_first_run_creates_everything_the_restart_needs(configured):
 
     schedule = awx.one("schedules", name="vllm-fleet nightly restart")
     assert schedule["rrule"] == RRULE
-    assert schedule["extra_data"] == {"restart_policy": "when-degraded"}
+    assert schedule["extra_data"] == {"restart_policy": "when-degraded", "restart_trigger": "schedule"}
+    trigger = next(q for q in survey["spec"] if q["variable"] == "restart_trigger")
+    assert (trigger["choices"], trigger["default"]) == (["operator", "schedule", "alert"], "operator")
     assert schedule["enabled"] is True
     assert schedule["unified_job_template"] == template["id"]
 

@@ -111,8 +111,9 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
          mode: t.Any = "direct", consumer_url: t.Any = "", fallback_url: t.Any = "",
          gate: t.Optional[t.Mapping] = None, expected_restart_s: t.Any = 120, hold_margin_s: t.Any = 30,
          consumers_at: t.Any = None, only: t.Any = None, inventory_arg: t.Any = "",
-         changes: t.Any = None) -> dict:
-    """The restart plan: {policy, mode, engines, hosts, batches, consumers_engine, back, undrain, left, refused}.
+         changes: t.Any = None, budgets: t.Any = None) -> dict:
+    """The restart plan: {policy, mode, engines, hosts, batches, consumers_engine, back, undrain, left, refused,
+    held, warnings}.
 
     ``consumer_url`` is the OpenAI base URL the consumers use in direct mode
     ('' without consumer hosts); ``gate`` holds the live gate's
@@ -124,6 +125,13 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
 
     ``only`` (restart_engines) names the engines this run may restart; the
     others are skipped, whatever they read. Empty or None: every engine.
+
+    ``budgets`` maps an engine to its restart budget's decision
+    (watch/budget.py's ``Decision.as_dict``: restart, warning, message). An
+    engine that would restart but whose budget refuses is skipped and
+    ``held``: it is named there with the refusal ("not cured by restart"),
+    and the run fails at its report. The warnings of the budgets the policy
+    "always" overrides are in ``warnings``. None: no budget (an upgrade).
 
     ``changes`` makes it an upgrade's plan (playbooks/upgrade.yml): it maps
     each engine to what its switch changes ("" when it runs the candidate
@@ -161,6 +169,7 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
     records = _engines(engines)
     named = _only(only, [e["name"] for e in records])
     rows = _rows(records, verdicts, policy, named, inventory_arg)
+    held, warnings = _budgets(rows, budgets)
     playbook = PLAYBOOK
     if changes is not None:
         playbook = UPGRADE_PLAYBOOK
@@ -191,8 +200,30 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
         "consumers_engine": (None if last is None
                              else {"name": last["name"], "hosts": last["hosts"], "drain": last["drain"]}),
         "back": back, "undrain": undrain, "left": left,
-        "refused": refused,
+        "refused": refused, "held": held, "warnings": warnings,
     }
+
+
+def _budgets(rows: t.List[dict], budgets: t.Any) -> t.Tuple[t.List[dict], t.List[str]]:
+    """Hold back the engines whose restart budget refuses; the overrides' warnings."""
+    if budgets is None:
+        return [], []
+    if not isinstance(budgets, dict):
+        raise PlanError("budgets must map each engine's name to its budget's decision, got %s" % shown(budgets))
+    held, warnings = [], []
+    for r in rows:
+        if r["action"] != "restart":
+            continue
+        decision = budgets.get(r["name"])
+        if not isinstance(decision, dict) or not isinstance(decision.get("restart"), bool):
+            raise PlanError("engine %s has no restart budget's decision (vllm_restart_budget of its head)" % r["name"])
+        if decision["restart"]:
+            if decision.get("warning"):
+                warnings.append(str(decision["warning"]))
+            continue
+        r["action"], r["reason"], r["held"] = "skip", str(decision.get("message") or "not cured by restart"), True
+        held.append({"name": r["name"], "message": r["reason"]})
+    return held, warnings
 
 
 def _rows(records: t.List[dict], verdicts: t.Mapping, policy: str, named: t.List[str],
@@ -449,7 +480,7 @@ def report(plan_: t.Any, results: t.Any, consumers_t: t.Any = None, failed: t.An
         if e.get("action") == "restart":
             row.update(got if isinstance(got, dict) else {"outcome": "not reached"})
         else:
-            row["outcome"] = "skipped"
+            row["outcome"] = "held" if e.get("held") else "skipped"
         away, back = finite_float(moved.get("away")), finite_float(moved.get("back"))
         if (e["name"] == consumers_engine and away is not None and back is not None
                 and row.get("outcome") == "restarted"):
@@ -460,10 +491,12 @@ def report(plan_: t.Any, results: t.Any, consumers_t: t.Any = None, failed: t.An
         engines.append(row)
     outcomes = [r["outcome"] for r in engines]
     outcome = ("failed" if failed or "failed" in outcomes
-               else "rolled back" if "rolled back" in outcomes else "succeeded")
+               else "rolled back" if "rolled back" in outcomes
+               else "held" if "held" in outcomes else "succeeded")
     return {"outcome": outcome, "policy": plan_.get("policy"), "mode": plan_.get("mode"), "engines": engines,
             "restarted": [r["name"] for r in engines if r["outcome"] == "restarted"],
             "skipped": [r["name"] for r in engines if r["outcome"] == "skipped"],
+            "held": [r["name"] for r in engines if r["outcome"] == "held"],
             "failed": [r["name"] for r in engines if r["outcome"] == "failed"],
             "rolled_back": [r["name"] for r in engines if r["outcome"] == "rolled back"]}
 
@@ -491,6 +524,9 @@ def report_line(report: t.Any) -> str:
             parts.append("".join(bits) + ")")
         elif outcome == "skipped":
             parts.append("%s skipped (%s)" % (e.get("name"), e.get("verdict")))
+        elif outcome == "held":
+            parts.append("%s HELD (%s, not cured by restart: the restart budget is spent)" % (e.get("name"),
+                                                                                            e.get("verdict")))
         else:
             parts.append("%s %s" % (e.get("name"), outcome))
     what = "upgrade" if report.get("policy") == "upgrade" else "rolling restart"

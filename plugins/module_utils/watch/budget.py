@@ -137,7 +137,7 @@ def decide(state: BudgetState, policy: str, inventory_arg: str, ledger_path: str
                               "it (budget %d); restart_policy=always overrides the budget and restarts it anyway"
                               % (state.engine, state.used, window, state.limit),
                         used + " (exhausted; restart_policy=always restarts anyway)")
-    reset = command(inventory_arg, RESET_PLAYBOOK, "-e vllm_fleet_engine=%s" % state.engine,
+    reset = command(inventory_arg, RESET_PLAYBOOK, "-e reset_engine=%s" % state.engine,
                     '-e reason="<what you fixed>"')
     return Decision(False, None, (
         "not cured by restart: engine %s was restarted %d times in the last %s without a lasting cure (budget %d), "

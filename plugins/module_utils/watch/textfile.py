@@ -47,8 +47,8 @@ LABEL = "fleet_engine"
 # read 1.4x to 1.6x its baseline in the recording and up to 2.65x (1.77 thresholds) in a fresh
 # make test after an upgrade; the slow-prefill knob reads 5.6x (3.7 thresholds). 2.5 thresholds
 # sits between the two in log space (sqrt(1.77 * 3.7) = 2.56). It is above the diagnosis's own
-# passive margin (diagnosis.PASSIVE_MARGIN, a test holds it so), so the diagnosis that the healing loop runs before a restart
-# agrees with every alert.
+# passive margin (diagnosis.PASSIVE_MARGIN, a test holds it so), so the diagnosis that the
+# healing loop runs before a restart agrees with every alert.
 WATCH_MARGIN = 2.5
 # The probe's floor as vllm_prefill_probe takes it (threshold_floor).
 FLOOR_RANGE = (1.0, 10.0)

@@ -74,7 +74,7 @@ def test_the_budget_allows_then_refuses_with_the_reset_command_then_always_overr
     assert spent["budget"]["exhausted"] and not spent["decision"]["restart"]
     message = spent["decision"]["message"]
     assert message.startswith("not cured by restart: engine engine_lab was restarted 2 times")
-    assert "ansible-playbook -i inventory/lab playbooks/watch-reset.yml -e vllm_fleet_engine=engine_lab" in message
+    assert "ansible-playbook -i inventory/lab playbooks/watch-reset.yml -e reset_engine=engine_lab" in message
     forced = run_module(module, args(tmp_path, "budget", **dict(budget, policy="always")))
     assert forced["decision"]["restart"] and "restart_policy=always" in forced["decision"]["warning"]
     # An operator's reset: the budget is whole again.

@@ -91,9 +91,49 @@ def test_always_restarts_every_verdict(verdict):
 def test_plan_keys():
     p = rp.plan([E1], {"e1": v("healthy")})
     assert set(p) == {"policy", "mode", "accept_outage", "engines", "hosts", "batches", "consumers_engine", "back",
-                      "undrain", "left", "refused"}
+                      "undrain", "left", "refused", "held", "warnings"}
     assert set(p["engines"][0]) == {"name", "head", "hosts", "api_url", "verdict", "summary", "serving", "action",
                                     "reason", "drain"}
+
+
+# --- the restart budget (watch/budget.py's decisions) -------------------------------------
+
+ALLOW = {"restart": True, "warning": None, "message": "restart budget: 1 of 3 used in the last 6 h"}
+SPENT = {"restart": False, "warning": None,
+         "message": "not cured by restart: engine e2 was restarted 3 times in the last 6 h ..."}
+FORCED = {"restart": True, "warning": "the restart budget of engine e2 is exhausted: ...", "message": "..."}
+
+
+def test_a_spent_budget_holds_its_engine_and_the_others_restart():
+    p = rp.plan([E1, E2], {"e1": v("wedged"), "e2": v("prefill-degraded")}, fallback_url=FALLBACK,
+                budgets={"e1": ALLOW, "e2": SPENT})
+    rows = by_name(p)
+    assert rows["e1"]["action"] == "restart" and "held" not in rows["e1"]
+    assert (rows["e2"]["action"], rows["e2"]["held"], rows["e2"]["reason"]) == ("skip", True, SPENT["message"])
+    assert p["held"] == [{"name": "e2", "message": SPENT["message"]}] and p["hosts"] == ["h1", "h2"]
+    report = rp.report(p, {"e1": {"outcome": "restarted"}})
+    assert (report["outcome"], report["held"]) == ("held", ["e2"])
+    assert "e2 HELD (prefill-degraded, not cured by restart" in rp.report_line(report)
+
+
+def test_always_overrides_a_spent_budget_with_a_warning():
+    p = rp.plan([E2], {"e2": v("healthy")}, policy="always", fallback_url=FALLBACK, budgets={"e2": FORCED})
+    assert p["engines"][0]["action"] == "restart" and p["held"] == [] and p["warnings"] == [FORCED["warning"]]
+
+
+def test_a_budget_matters_only_to_an_engine_that_would_restart():
+    p = rp.plan([E1], {"e1": v("healthy")}, budgets={})
+    assert p["engines"][0]["action"] == "skip" and p["held"] == []
+
+
+@pytest.mark.parametrize("budgets, words", [
+    ({}, "engine e1 has no restart budget's decision"),
+    ({"e1": {"restart": "yes"}}, "engine e1 has no restart budget's decision"),
+    ([ALLOW], "budgets must map each engine's name"),
+])
+def test_a_missing_budget_is_refused(budgets, words):
+    with pytest.raises(PlanError, match=words):
+        rp.plan([E1], {"e1": v("wedged")}, budgets=budgets)
 
 
 def test_head_defaults_to_the_first_host():

@@ -116,7 +116,7 @@ def test_state_refuses_what_is_not_its_input(args, words):
 
 EXHAUSTED = [restart(ago(5), "not-cured"), restart(ago(3), "failed", trigger="schedule"),
              restart(ago(1), "pending", trigger="operator")]
-RESET_COMMAND = ("ansible-playbook -i inventory/lab playbooks/watch-reset.yml -e vllm_fleet_engine=engine_lab "
+RESET_COMMAND = ("ansible-playbook -i inventory/lab playbooks/watch-reset.yml -e reset_engine=engine_lab "
                  '-e reason="<what you fixed>"')
 
 
@@ -145,7 +145,7 @@ def test_an_exhausted_budget_refuses_and_says_how_to_reset():
 
 def test_the_reset_command_carries_the_runs_inventory():
     assert decision(EXHAUSTED, inventory_arg="-i inventory/site -i extra.yml").message.endswith(
-        "ansible-playbook -i inventory/site -i extra.yml playbooks/watch-reset.yml -e vllm_fleet_engine=engine_lab "
+        "ansible-playbook -i inventory/site -i extra.yml playbooks/watch-reset.yml -e reset_engine=engine_lab "
         '-e reason="<what you fixed>"')
     assert "ansible-playbook playbooks/watch-reset.yml" in decision(EXHAUSTED, inventory_arg="").message
 
