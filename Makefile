@@ -106,7 +106,8 @@ test: $(STAMP) $(PROMTOOL) ## Everything CI runs: lint, syntax, unit tests (the 
 # worker and the mp backend, then the diagnosis (back to Ray), which leaves the
 # engine with the field's small pool, then power cuts, then the security sweep.
 LAB_TESTS := tests/integration/test_lab_hosts.py tests/integration/test_site.py tests/integration/test_serving_modes.py \
-             tests/integration/test_molecule.py tests/integration/test_watch.py tests/integration/test_upgrade.py tests/integration/test_restart.py \
+             tests/integration/test_molecule.py tests/integration/test_watch.py tests/integration/test_upgrade.py tests/integration/test_heal.py \
+             tests/integration/test_restart.py \
              tests/integration/test_backends.py \
              tests/integration/test_diagnose.py tests/integration/test_power_cuts.py \
              tests/integration/test_security.py

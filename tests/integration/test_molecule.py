@@ -46,6 +46,7 @@ ROLES_IN_ORDER = [
     "fleet_report",
     "fleet_steps",
     "fleet_watch",
+    "fleet_heal",
     "serving_cutover",
     "gate_service",
 ]
@@ -69,15 +70,17 @@ CONVERGED_BY = {
     "fleet_steps": "test_site.py",
     # site.yml imports playbooks/watch.yml: each run converges it, the second with changed=0.
     "fleet_watch": "test_site.py",
+    # The same import's last play, on the controller (the lab sets vllm_fleet_heal_url).
+    "fleet_heal": "test_site.py",
     # test_both_cutovers_under_load_have_zero_errors_and_zero_fallbacks: the gate cutover (its
     # gate_up.yml starts gate_service on the gate host), the direct cutover, each rerun with
     # changed=0. serving_cutover's verify reads the end state they leave (direct mode, the gate
     # archived), so it runs before gate_service's scenario would start the gate.
     "serving_cutover": "test_serving_modes.py",
     "gate_service": "test_serving_modes.py",
-    # test_when_degraded_finds_the_slow_down_restarts_and_cures_it_with_planned_fallbacks: its
-    # second run plans when-degraded on the cured engine, skips it as healthy, changes nothing.
-    "vllm_restart": "test_restart.py",
+    # test_slow_prefill_alerts_and_the_loop_restarts_and_cures_it: its last run plans
+    # when-degraded on the cured engine, skips it as healthy, changes nothing.
+    "vllm_restart": "test_heal.py",
     # test_the_cron_entry_runs_the_restart_through_ansible_runner_and_an_overlap_exits_75:
     # schedule-restart.yml, then again with changed=0.
     "restart_schedule": "test_restart.py",

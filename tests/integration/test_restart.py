@@ -1,7 +1,5 @@
 """playbooks/rolling-restart.yml on the lab, under the load of the lab's
-multi-session client (lab/consumer): the cure for the prefill slow-down,
-with the consumers on the lab's fallback model while the only engine restarts
-(direct mode, vllm_fleet_fallback_url named), the fallback down, a Ray worker
+multi-session client (lab/consumer): the fallback down, a Ray worker
 crash while serving, a worker host down before and during a restart, a
 failure mid-restart, the cron entry's exact command line, and two one-host
 engines restarted one after the other in direct mode (repointed) and in gate
@@ -9,10 +7,12 @@ mode (drained at the gate).
 
 The controller interrupted mid-run is test_upgrade.py's last switch: the
 upgrade and the rolling restart share playbooks/drained-restart.yml.
-Runs after the molecule scenarios and before test_diagnose.py, on the lab
-engine as the inventory defines it. Each test leaves the engine healthy and
-the consumers on it, except the lost worker's, which leaves both to the
-failure test after it.
+The cure for the prefill slow-down itself (when-degraded, the consumers on
+the lab's fallback model while the only engine restarts) is test_heal.py's:
+the healing loop runs it on the watch's alert. Runs after the molecule
+scenarios and test_heal.py, on the lab engine as the inventory defines it.
+Each test leaves the engine healthy and the consumers on it, except the lost
+worker's, which leaves both to the failure test after it.
 """
 from __future__ import annotations
 
@@ -39,7 +39,6 @@ from labtools import (
 from test_serving_modes import (
     CLIENT,
     an_application_from_the_endpoint_file,
-    client_records,
     consumer_endpoint,
     endpoint_env,
     now_ts,
@@ -96,65 +95,6 @@ def back_on_the_engine_with_nothing_lost(since: str, via: str = "", what: str = 
 
 def engine_started_at() -> str:
     return on_host("lab1", "systemctl show -p ActiveEnterTimestampMonotonic --value vllm.service").strip()
-
-
-def test_when_degraded_finds_the_slow_down_restarts_and_cures_it_with_planned_fallbacks(client, play, tmp_path):
-    """1 and 4: the slow-prefill knob on both hosts under load; when-degraded restarts the TP2
-    engine with the consumers on the fallback (zero errors); a second run skips it as healthy.
-
-    Under load the diagnosis reads prefill passively (two scrapes of /metrics a window apart) and
-    calls it degraded at 1.5 x the threshold (2.25 x the baseline on the lab). Over the default
-    5 s window, with the knob's default 30 % quota, a fresh run once read 1.50 x: a few multi-turn
-    requests, mostly from the prefix cache, land in 5 s. So this run gives the window 15 s and the
-    knob 15 % (the window also widens now until 4 prefills finished in it). So slowed, the engine
-    answers some long requests later than the client's 30 s timeout: the application falls back
-    by itself until the run moves it, as in the field."""
-    since = now_ts()
-    for host in ("lab1", "lab2"):
-        lab_sh("fault", "slow-prefill", host, "15")
-    try:
-        r, report = restart(play, tmp_path, vllm_diagnose_window_s=15)
-    finally:
-        for host in ("lab1", "lab2"):
-            lab_sh("fault", "slow-prefill-off", host, check=False)
-    assert r.rc == 0, "the rolling restart failed"
-    (engine,) = report["engines"]
-    print(f"when-degraded under load: passive prefill ratio {engine.get('prefill_ratio_before')}")
-    assert engine["outcome"] == "restarted" and engine["verdict"] == "prefill-degraded", engine
-    assert engine["drain"] == "fallback"
-    assert report["outcome"] == "succeeded" and report["restarted"] == ["engine_lab"]
-    assert said(r, "1. restart engine_lab (lab1, lab2): prefill-degraded")
-    assert said(r, "the consumers use the fallback")
-    for key in ("downtime_s", "engine_boot_s", "drained_s", "overhead_s", "ray_s"):
-        assert isinstance(engine[key], (int, float)) and engine[key] >= 0, (key, engine)
-    assert engine["engine_boot_s"] < engine["downtime_s"] <= engine["drained_s"]
-    assert engine["pool"]["ok"] and engine["pool"]["after"] == 65536, engine["pool"]
-    assert engine["prefill_s_per_token_after"] > 0
-    # The slow-down is the field's symptom: a request the slowed engine cannot answer within the
-    # client's timeout falls back by itself. Each such fallback timed out on the engine and
-    # started before the run moved the consumers; none failed otherwise.
-    records = client_records(since)
-    moved = min((rec["ts"] for rec in records if rec["base_url"] == FALLBACK_URL), default=None)
-    assert moved, f"no request went to {FALLBACK_URL}"
-    symptoms = [rec for rec in records if rec["outcome"] != "ok"]
-    print(f"when-degraded: {len(symptoms)} timed out on the slowed engine and fell back before the move")
-    for rec in symptoms:
-        assert rec["outcome"] == "fallback" and rec["base_url"] == ENGINE_URL, rec
-        assert rec["error"].startswith("timeout after") and rec["ts"] < moved, rec
-    # From the move on the application saw no error and no fallback of its own: its requests went
-    # to the fallback while the engine restarted (planned), then back.
-    back_on_the_engine_with_nothing_lost(moved, via=FALLBACK_URL, what="answers from the restarted engine")
-
-    # The probe sees the recovery: a quiet engine now reads healthy and is skipped.
-    on_host("lab3", f"systemctl stop {CLIENT}")
-    try:
-        again, report = restart(play, tmp_path)
-    finally:
-        on_host("lab3", f"systemctl start {CLIENT}")
-    assert again.rc == 0
-    assert report["engines"][0]["outcome"] == "skipped" and report["engines"][0]["verdict"] == "healthy", report
-    assert said(again, "skip engine_lab: healthy: nothing to cure")
-    assert again.changed() == {}, "a run with nothing to restart changed something"
 
 
 def test_a_fallback_that_does_not_answer_stops_the_run_before_anything_changes(client, play, tmp_path):

@@ -1,0 +1,152 @@
+"""The healing loop on the lab (roles/fleet_heal, playbooks/heal.yml, docs/watch.md): lab3's
+Prometheus and Alertmanager (Debian's), and ansible-rulebook on the controller, which site.yml
+set up (playbooks/watch.yml). The controller runs no systemd: the loop is started here by its
+unit's ExecStart with its environment file, as systemd would start it.
+
+Proof 1: the slow-prefill knob under the session client's load; VllmPrefillDegraded fires;
+Alertmanager sends it to the loop; the loop runs the rolling restart (when-degraded) for that
+engine; the restart diagnoses it degraded, restarts it with the consumers on the fallback, reads
+it again once settled, and the cure ledger says cured. Measured: the knob to the alert, and the
+knob to the cured line. The consumers lose nothing they would not lose by themselves to a slowed
+engine (its own timeouts, before the move), and a when-degraded run afterwards skips the healthy
+engine and changes nothing.
+
+Runs after test_upgrade.py and before test_restart.py: it finds the TP2 engine healthy with the
+consumers on it, in direct mode, and leaves it so.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pytest
+from labtools import REPO, lab_sh, on_host, restart, said
+from test_restart import ENGINE_URL, FALLBACK_URL, back_on_the_engine_with_nothing_lost, client  # noqa: F401
+from test_serving_modes import CLIENT, client_records, now_ts, wait_for
+
+pytestmark = pytest.mark.lab
+
+HEAL_DIR = REPO / ".cache" / "heal"
+WEBHOOK = "http://10.200.0.1:5000/alerts"
+PROMETHEUS = "http://10.200.0.13:9090/api/v1"
+LEDGER = "/var/lib/vllm-fleet/cure-ledger.jsonl"
+
+
+def unit_setting(unit: str, key: str) -> str:
+    return re.search(rf"(?m)^{key}=(.*)$", unit).group(1)
+
+
+@pytest.fixture(scope="module")
+def loop(tmp_path_factory):
+    """ansible-rulebook by the unit's ExecStart, in its WorkingDirectory, with its Environment and
+    EnvironmentFile only; its log is yielded. Stopped at the end."""
+    unit = (HEAL_DIR / "vllm-fleet-heal.service").read_text()
+    env = dict(item.split("=", 1) for item in shlex.split(unit_setting(unit, "Environment")))
+    for line in open(unit_setting(unit, "EnvironmentFile")).read().splitlines():
+        if line and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            env[key] = value
+    log = tmp_path_factory.mktemp("heal") / "heal.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(shlex.split(unit_setting(unit, "ExecStart")),
+                                cwd=unit_setting(unit, "WorkingDirectory"), env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+    def answers() -> bool:
+        try:
+            urllib.request.urlopen(urllib.request.Request(WEBHOOK, data=b"{}", method="POST"), timeout=2)
+        except urllib.error.HTTPError as e:
+            return e.code == 401  # up, and wants the token
+        except OSError:
+            return False
+        return False
+
+    wait_for(answers, 90, "the healing loop's webhook (401 without the token)")
+    yield log
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def ledger() -> list[dict]:
+    return [json.loads(line) for line in on_host("lab1", f"cat {LEDGER}").splitlines() if line.strip()]
+
+
+def firing(alertname: str) -> bool:
+    q = urllib.parse.urlencode({"query": f'ALERTS{{alertname="{alertname}",alertstate="firing"}}'})
+    with urllib.request.urlopen(f"{PROMETHEUS}/query?{q}", timeout=10) as r:
+        return bool(json.load(r)["data"]["result"])
+
+
+def test_slow_prefill_alerts_and_the_loop_restarts_and_cures_it(client, play, loop, tmp_path):  # noqa: F811
+    # The operator's reset starts the budget clean; without a reason it is refused.
+    refused = play("playbooks/watch-reset.yml", extravars={"reset_engine": "engine_lab"})
+    assert refused.rc != 0 and said(refused, "Nothing was changed: name the engine and what you fixed")
+    assert play("playbooks/watch-reset.yml",
+                extravars={"reset_engine": "engine_lab", "reason": "the heal test starts clean"}).rc == 0
+    assert ledger()[-1]["kind"] == "reset"
+
+    since, knob = now_ts(), time.monotonic()
+    # As test_restart.py's when-degraded runs did: both hosts at 15 % of a CPU, so that the
+    # restart's own passive diagnosis (5 s windows under the client's load) agrees.
+    for host in ("lab1", "lab2"):
+        lab_sh("fault", "slow-prefill", host, "15")
+    alerted = None
+    try:
+        deadline = time.monotonic() + 900
+        while True:
+            if alerted is None and firing("VllmPrefillDegraded"):
+                alerted = time.monotonic() - knob
+                print(f"proof 1: VllmPrefillDegraded fired {alerted:.0f} s after the knob")
+            done = [e for e in ledger() if e["kind"] == "restart" and e["trigger"] == "alert"
+                    and e["outcome"] != "pending"]
+            if done:
+                break
+            assert time.monotonic() < deadline, f"no alert-driven restart settled in 900 s:\n{loop.read_text()[-4000:]}"
+            time.sleep(2)
+    finally:
+        for host in ("lab1", "lab2"):
+            lab_sh("fault", "slow-prefill-off", host, check=False)
+    healed = time.monotonic() - knob
+    (entry,) = done
+    print(f"proof 1: the knob to the ledger's outcome {healed:.0f} s: {entry['outcome']}, {entry['why']}")
+    assert alerted is not None, "the restart came before the alert was seen firing"
+    assert entry["outcome"] == "cured", entry
+    assert entry["before"]["verdict"] == "prefill-degraded" and entry["policy"] == "when-degraded", entry
+    assert entry["after"]["verdict"] == "healthy", entry
+    text = loop.read_text()
+    assert "playbooks/rolling-restart.yml" in text or "Run the rolling restart for the engine" in text, text[-4000:]
+    report = json.loads((REPO / "reports" / "restart.json").read_text())
+    (row,) = report["engines"]
+    assert report["outcome"] == "succeeded" and row["outcome"] == "restarted", report
+    assert row["verdict"] == "prefill-degraded" and row["drain"] == "fallback" and row["cure"]["outcome"] == "cured"
+
+    # The consumers: what timed out on the slowed engine before the move fell back by itself (the
+    # field's symptom); from the move on, nothing failed and the fallback served while it restarted.
+    records = client_records(since)
+    moved = min((rec["ts"] for rec in records if rec["base_url"] == FALLBACK_URL), default=None)
+    assert moved, f"no request went to {FALLBACK_URL}"
+    symptoms = [rec for rec in records if rec["outcome"] != "ok"]
+    print(f"proof 1: {len(records)} requests; {len(symptoms)} timed out on the slowed engine before the move")
+    for rec in symptoms:
+        assert rec["outcome"] == "fallback" and rec["base_url"] == ENGINE_URL, rec
+        assert rec["error"].startswith("timeout after") and rec["ts"] < moved, rec
+    back_on_the_engine_with_nothing_lost(moved, via=FALLBACK_URL, what="answers from the restarted engine")
+
+    # The probe sees the cure: a quiet engine reads healthy, is skipped, and nothing changes.
+    on_host("lab3", f"systemctl stop {CLIENT}")
+    try:
+        again, report = restart(play, tmp_path)
+    finally:
+        on_host("lab3", f"systemctl start {CLIENT}")
+    assert again.rc == 0
+    assert report["engines"][0]["outcome"] == "skipped" and report["engines"][0]["verdict"] == "healthy", report
+    assert said(again, "skip engine_lab: healthy: nothing to cure")
+    assert again.changed() == {}, "a run with nothing to restart changed something"
+    assert os.path.exists(HEAL_DIR / "heal.env") and oct((HEAL_DIR / "heal.env").stat().st_mode & 0o777) == "0o600"
