@@ -28,7 +28,7 @@ UNIT_HOSTS = {"vllm-fleet-gate.service": "lab3", "vllm.service": "lab1", "ray.se
               "vllm-fleet-recover.service": "lab1", "vllm-fleet-recover-check.service": "lab2"}
 # The files that hold a key by design, and their modes.
 KEY_FILES = {"/etc/default/vllm": "600", "/etc/vllm-fleet/gate.json": "600", "/etc/vllm-fleet/endpoint.env": "640",
-             "/etc/prometheus/blackbox.yml": "640"}
+             "/etc/prometheus/blackbox.yml": "640", "/etc/prometheus/alertmanager.yml": "640"}
 
 
 def test_the_runs_wrote_no_secret_on_the_controller():
