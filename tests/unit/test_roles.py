@@ -149,6 +149,11 @@ PLAYS = list(_plays())
 def test_every_play_lists_the_defaults_role_first(path: Path, play: dict):
     if path.parent.name == "molecule" and path.parent.parent.name == "tests":
         pytest.skip("the lab's create/destroy plays run no role")
+    if path == REPO / "playbooks" / "heal.yml":
+        # ansible-rulebook runs it from a copy of playbooks/ (no roles there) with an inventory of
+        # the controller alone: the restart it starts runs from the checkout, with the defaults.
+        assert "roles" not in play
+        return
     roles = [r["role"] if isinstance(r, dict) else r for r in play.get("roles", [])]
     assert roles[:1] == ["vllm_fleet_defaults"], f"{path.relative_to(REPO)}: play {play.get('name')!r} roles {roles}"
 
