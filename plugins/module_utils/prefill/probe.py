@@ -14,7 +14,8 @@ are ``decision.decide`` and ``decision.threshold``. Order of one probe:
    ``PASSIVE_PREFILLS`` prefills finished, the window widens by ``window``
    at a time up to ``window_max``; it stops at once when no token was
    computed (the wedged sign) or a counter went backwards.
-3. One warm-up (discarded; the first request after idle is slower). No answer
+3. One warm-up (discarded; the first request after idle is slower), taken
+   again as a sample is when a lone request lands beside it. No answer
    within ``timeout`` while ``/health`` is 200: ``answered`` is false.
 4. Two samples, then two more only if ``decide`` asks. Each is checked quiet
    on both sides; one that is not is taken again while the engine reads quiet
@@ -153,14 +154,14 @@ def probe(client: EngineClient, model: str, prompt_tokens: int, baseline: t.Opti
     prompt, counted = client.build_prompt(model, prompt_tokens)
     result["prompt_tokens"] = counted
     try:
-        client.sample(model, prompt, timeout=timeout)  # warm-up, discarded
+        failed = _warm_up(client, model, prompt, timeout)
     except EngineTimeout:
         return dict(result, verdict="inconclusive", answered=False, reason=(
             "/health answers 200 but a one-token completion got no answer in %g s: the engine is wedged"
             % timeout))
-    except PrefillError as exc:
+    if failed is not None:
         # busy stays as scraped: a refused or failed completion (401, 500) is not load.
-        return dict(result, verdict="inconclusive", answered=True, reason="warm-up: %s" % exc)
+        return dict(result, verdict="inconclusive", answered=True, reason="warm-up: %s" % failed)
     result["answered"] = True
     if baseline is None:
         verdict = decide(None)
@@ -206,6 +207,26 @@ def _one_sample(client: EngineClient, model: str, prompt: str, timeout: float):
     return sample
 
 
+def _warm_up(client: EngineClient, model: str, prompt: str, timeout: float,
+             tries: int = SAMPLE_TRIES) -> t.Optional[PrefillError]:
+    """The discarded first request (the first after idle is slower). Its figures do not count,
+    but its check that the engine's sums moved by exactly this one request does: a lone request
+    beside it (a canary, a session's next turn) spoils it, and while the engine reads quiet again
+    at once it is taken again, up to ``tries`` times in all, as ``_quiet_sample`` does. None once
+    it ran alone, else the last error (a refused or failed completion, or requests beside it every
+    time); EngineTimeout passes through."""
+    for attempt in range(1, tries + 1):
+        try:
+            client.sample(model, prompt, timeout=timeout)
+            return None
+        except EngineTimeout:
+            raise
+        except PrefillError as exc:
+            if attempt == tries or not _quiet(client.metrics()):
+                return exc
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 def _quiet_sample(client: EngineClient, model: str, prompt: str, timeout: float, tries: int = SAMPLE_TRIES):
     """One sample on a quiet engine. A lone request beside it (a watcher's one-token canary,
     every 15 s) spoils that sample only: while the engine reads quiet again at once, the
@@ -236,12 +257,11 @@ def record(client: EngineClient, model: str, prompt_tokens: int, groups: int = 2
     result["prompt_tokens"] = counted
     samples = []
     try:
-        try:
-            client.sample(model, prompt, timeout=timeout)  # warm-up, discarded
-        except PrefillError as exc:
-            # Another request ran meanwhile (a consumer back at once after a
+        failed = _warm_up(client, model, prompt, timeout)
+        if failed is not None:
+            # Requests kept running beside it (consumers back at once after a
             # start), or the completion failed: no baseline, and no failure.
-            return None, dict(result, verdict="inconclusive", answered=True, reason="warm-up: %s" % exc)
+            return None, dict(result, verdict="inconclusive", answered=True, reason="warm-up: %s" % failed)
         for _ in range(groups * GROUP_SIZE):
             samples.append(_quiet_sample(client, model, prompt, timeout))
     except EngineTimeout as exc:

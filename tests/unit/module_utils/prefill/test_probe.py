@@ -478,11 +478,25 @@ def test_record_lone_requests_beside_every_try_of_a_sample_are_busy(fake, client
     assert len(fake.completions) == 4 + SAMPLE_TRIES
 
 
-def test_record_another_request_during_the_warm_up_is_no_failure(fake, client, fast_settle):
-    """A consumer back at once after a start: its request lands beside the warm-up, the
-    prefill count moves by two, and the baseline is simply not recorded (vllm_verify says why)."""
+def test_record_a_lone_request_beside_the_warm_up_spoils_that_warm_up_only(fake, client, fast_settle):
+    """A canary or a session's next turn lands beside the warm-up: the prefill count moves by two,
+    the engine reads quiet again at once, and the warm-up is taken again; the baseline records."""
     fake.on_completion = lambda f, i: setattr(f, "time_count", f.time_count + 1) if i == 0 else None
+    recorded, r = record(client, MODEL, TOKENS)
+    assert recorded is not None and r["answered"] is True, r
+
+
+def test_record_requests_beside_every_warm_up_is_no_failure(fake, client, fast_settle):
+    """A consumer back at once after a start, its requests beside each of the warm-up's tries:
+    the baseline is simply not recorded (vllm_verify says why)."""
+    fake.on_completion = lambda f, i: setattr(f, "time_count", f.time_count + 1) if i < SAMPLE_TRIES else None
     recorded, r = record(client, MODEL, TOKENS)
     assert recorded is None
     assert (r["verdict"], r["answered"]) == ("inconclusive", True)
     assert r["reason"].startswith("warm-up: the engine's prefill time did not move by exactly one request")
+
+
+def test_probe_a_lone_request_beside_the_warm_up_is_taken_again(fake, client, fast_settle):
+    fake.on_completion = lambda f, i: setattr(f, "time_count", f.time_count + 1) if i == 0 else None
+    r = probe(client, MODEL, TOKENS, baseline(), window=WINDOW)
+    assert r["verdict"] != "inconclusive" and r["answered"] is True, r
