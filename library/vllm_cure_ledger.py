@@ -155,6 +155,7 @@ import datetime
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.fleet.restart_plan import POLICIES
 from ansible.module_utils.watch import budget as budget_mod
 from ansible.module_utils.watch import ledger as ledger_mod
 from ansible.module_utils.watch.errors import WatchError
@@ -165,7 +166,7 @@ ARGUMENT_SPEC = dict(
     action=dict(type="str", required=True, choices=["budget", "begin", "failed", "settled", "reset"]),
     budget_limit=dict(type="int", default=3),
     budget_window_s=dict(type="float", default=21600),
-    policy=dict(type="str", choices=["always", "when-degraded"]),
+    policy=dict(type="str", choices=list(POLICIES)),
     inventory_arg=dict(type="str", default=""),
     trigger=dict(type="str", choices=list(ledger_mod.TRIGGERS), default="operator"),
     before=dict(type="dict"),
