@@ -322,11 +322,23 @@ def _vllm_cure_ledger(run_module, tmp_path, monkeypatch):
     return run_module(t.module, t.args(tmp_path, "budget", policy="when-degraded"))
 
 
+def _vllm_evidence(run_module, tmp_path, monkeypatch):
+    import test_vllm_evidence as t
+
+    fixture = t.host.__wrapped__(tmp_path, monkeypatch)
+    h = next(fixture)
+    try:
+        return run_module(t.module, t.args(h))
+    finally:
+        next(fixture, None)
+
+
 RUNS = {
     "gpu_preflight_info": _gpu_preflight_info,
     "ray_cluster_info": _ray_cluster_info,
     "ray_firewall_info": _ray_firewall_info,
     "vllm_cure_ledger": _vllm_cure_ledger,
+    "vllm_evidence": _vllm_evidence,
     "vllm_flags_info": _vllm_flags_info,
     "vllm_gate": _vllm_gate,
     "vllm_golden_info": _vllm_golden_info,

@@ -1,0 +1,89 @@
+"""Tests for library/vllm_evidence.py: a real process in a (fake) unit's cgroup
+with a key on its command line, stand-ins for systemctl, py-spy and
+journalctl first on PATH: the bundle's files, all masked, mode 0600; what is
+missing is said, never fatal; check mode writes nothing. The masking itself is
+tested in tests/unit/module_utils/watch/test_evidence.py."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import vllm_evidence as module
+
+KEY = "lab-engine-key-0d9c41f7-not-a-secret"
+
+
+def make_exe(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def host(tmp_path, monkeypatch):
+    """A python process of the unit, its cgroup, and the stand-in commands."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "--api-key", KEY])
+    group = tmp_path / "cgroup" / "system.slice" / "vllm.service"
+    (group / "child").mkdir(parents=True)
+    (group / "cgroup.procs").write_text("")
+    (group / "child" / "cgroup.procs").write_text(f"{proc.pid}\n")
+    monkeypatch.setattr(module, "CGROUP_ROOT", str(tmp_path / "cgroup"))
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    make_exe(bin_ / "systemctl", '#!/bin/sh\ncase "$*" in *vllm.service*) echo /system.slice/vllm.service ;; '
+                                 '*) echo "" ;; esac\n')
+    make_exe(bin_ / "journalctl", f"#!/bin/sh\necho 'vllm serve /opt/model --api-key {KEY}'\necho \"$@\"\n")
+    py_spy = make_exe(bin_ / "py-spy", f"#!/bin/sh\necho \"Process $3: python\"\necho 'Thread 1 (idle): key={KEY}'\n")
+    monkeypatch.setenv("PATH", f"{bin_}:/usr/bin:/bin")
+    yield {"proc": proc, "py_spy": str(py_spy), "dest": tmp_path / "evidence"}
+    proc.kill()
+    proc.wait()
+
+
+def args(host, **extra) -> dict:
+    return dict({"engine": "engine_lab", "units": ["vllm.service", "ray.service"], "dest_dir": str(host["dest"]),
+                 "secrets": [KEY], "py_spy": host["py_spy"]}, **extra)
+
+
+def bundle_files(path: str) -> dict:
+    with tarfile.open(path) as tar:
+        return {m.name.split("/", 1)[1]: (tar.extractfile(m).read().decode(), m.mode) for m in tar.getmembers()}
+
+
+def test_the_bundle_keeps_stacks_journal_memory_and_pressure_masked(run_module, host):
+    result = run_module(module, args(host))
+    assert result["changed"] and result["bundle"].endswith(".tar.gz"), result
+    assert Path(result["bundle"]).stat().st_mode & 0o777 == 0o600
+    pid = host["proc"].pid
+    assert [p["pid"] for p in result["processes"]] == [pid]
+    files = bundle_files(result["bundle"])
+    assert set(files) >= {f"stacks-{pid}.txt", "journal.txt", "processes.txt", "meminfo.txt", "pressure.txt",
+                          "missing.txt"}
+    assert f"Process {pid}" in files[f"stacks-{pid}.txt"][0] and "MemTotal" in files["meminfo.txt"][0]
+    assert all(KEY not in text for text, _mode in files.values()), "a secret is in the bundle"
+    journal = files["journal.txt"][0]
+    assert "--api-key ********" in journal and "-u vllm.service -u ray.service" in journal
+    assert all(mode == 0o600 for _text, mode in files.values())
+    # Not there, and said: ray.service does not run here, and there is no GPU.
+    assert any(m.startswith("ray.service: systemd knows no control group") for m in result["missing"])
+    assert "gpu: no nvidia-smi on this host" in result["missing"]
+
+
+def test_without_py_spy_the_rest_is_kept_and_the_stacks_are_missing(run_module, host):
+    result = run_module(module, args(host, py_spy="/nonexistent/py-spy"))
+    assert not result.get("failed") and "journal.txt" in result["files"]
+    assert not [f for f in result["files"] if f.startswith("stacks-")]
+    assert "stacks: /nonexistent/py-spy is not there (install py-spy in the engine's venv)" in result["missing"]
+
+
+def test_check_mode_writes_nothing(run_module, host):
+    result = run_module(module, args(host), check_mode=True)
+    assert result["changed"] and not host["dest"].exists()
+
+
+def test_a_bad_engine_name_is_refused(run_module, host):
+    result = run_module(module, args(host, engine="../x"))
+    assert result["failed"] and "no engine name" in result["msg"] and not host["dest"].exists()
