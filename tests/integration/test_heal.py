@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 from labtools import REPO, lab_sh, on_host, restart, said
 from test_restart import ENGINE_URL, FALLBACK_URL, back_on_the_engine_with_nothing_lost, client  # noqa: F401
-from test_serving_modes import CLIENT, client_records, now_ts, wait_for
+from test_serving_modes import CLIENT, client_records, now_ts, summary, wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -248,3 +248,19 @@ def test_a_fault_back_after_every_restart_spends_the_budget_then_nothing_restart
     assert play("playbooks/watch-reset.yml",
                 extravars={"reset_engine": "engine_lab", "reason": "the lab's knob is off"}).rc == 0
     wait_for(lambda: not firing("VllmNotCuredByRestart"), 60, "VllmNotCuredByRestart resolved after the reset")
+
+
+def test_prometheus_killed_serving_goes_on_and_the_dead_mans_switch_fires(client, loop):  # noqa: F811
+    """Proof 5: Prometheus on lab3 killed; the consumers' requests still succeed, and the loop, which
+    gets Alertmanager's heartbeat every minute, says DEAD-MAN once none came for 90 s."""
+    # The loop got a POST from Alertmanager first (the heartbeat comes once a minute; -v logs each).
+    wait_for(lambda: re.search(r'"POST /alerts HTTP/1.1" 200', loop.text()), 90, "Alertmanager's first POST")
+    since = now_ts()
+    on_host("lab3", "systemctl kill -s KILL prometheus.service; systemctl stop prometheus.service")
+    try:
+        wait_for(lambda: "DEAD-MAN" in loop.text(), 300, "the dead-man's alert in the loop's journal")
+        s = summary(since)
+        assert s["outcomes"].get("ok", 0) > 0 and s["outcomes"].get("error", 0) == 0, s
+        assert s["outcomes"].get("fallback", 0) == 0, s
+    finally:
+        on_host("lab3", "systemctl start prometheus.service")
