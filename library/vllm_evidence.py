@@ -68,7 +68,7 @@ EXAMPLES = r"""
     engine: engine_a
     units: [vllm.service, ray.service]
     dest_dir: /var/lib/vllm-fleet/evidence
-    py_spy: /opt/vllm/bin/py-spy
+    py_spy: /opt/vllm-fleet-tools/bin/py-spy
     secrets: ["{{ vllm_server_api_key }}"]
   no_log: false
 """
@@ -192,7 +192,8 @@ def main():
     except WatchError as exc:
         module.fail_json(msg="cannot keep engine %s's evidence: %s" % (p["engine"], exc))
     if not os.access(p["py_spy"], os.X_OK):
-        missing.append("stacks: %s is not there (install py-spy in the engine's venv)" % p["py_spy"])
+        missing.append(
+            "stacks: %s is not there (roles/vllm_install puts py-spy in vllm_fleet_tools_venv)" % p["py_spy"])
     else:
         for pid, _command in procs:
             rc, out = _run(module, [p["py_spy"], "dump", "--pid", str(pid)], p["timeout"])

@@ -17,9 +17,9 @@ LAB_BASE_PACKAGES=(
 LAB_APT_PACKAGES=(libnuma1 libgomp1 curl cpulimit rsync nftables
   prometheus prometheus-alertmanager prometheus-node-exporter prometheus-blackbox-exporter)
 LAB_REQS=$LAB_ROOT/wheelhouse-requirements.txt
-# Further locks, each another vLLM version the hosts can install offline from the same
-# wheelhouse (an upgrade's candidate): lab/wheelhouse-requirements-<version>.txt travels as
-# /wheels/vllm-fleet-lock-<version>.txt.
+# Further locks the hosts install offline from the same wheelhouse: another vLLM version (an
+# upgrade's candidate) and the tools venv's (py-spy): lab/wheelhouse-requirements-<name>.txt
+# travels as /wheels/vllm-fleet-lock-<name>.txt.
 lab_extra_locks() { compgen -G "$LAB_ROOT/wheelhouse-requirements-*.txt" | sort || true; }
 LAB_PLUGIN_SRC=$LAB_ROOT/vllm-ray-cpu-plugin
 LAB_MODEL_SCRIPT=$LAB_ROOT/models/build_tiny_model.py

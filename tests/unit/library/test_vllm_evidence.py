@@ -76,7 +76,8 @@ def test_without_py_spy_the_rest_is_kept_and_the_stacks_are_missing(run_module, 
     result = run_module(module, args(host, py_spy="/nonexistent/py-spy"))
     assert not result.get("failed") and "journal.txt" in result["files"]
     assert not [f for f in result["files"] if f.startswith("stacks-")]
-    assert "stacks: /nonexistent/py-spy is not there (install py-spy in the engine's venv)" in result["missing"]
+    said = "stacks: /nonexistent/py-spy is not there (roles/vllm_install puts py-spy in vllm_fleet_tools_venv)"
+    assert said in result["missing"]
 
 
 def test_check_mode_writes_nothing(run_module, host):
