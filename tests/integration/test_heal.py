@@ -16,6 +16,7 @@ consumers on it, in direct mode, and leaves it so.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -60,21 +61,22 @@ class Loop:
             self.proc.wait(timeout=30)
 
 
-@pytest.fixture
-def loop(tmp_path_factory):
+@contextlib.contextmanager
+def healing_loop(folder: Path):
     """ansible-rulebook by the unit's ExecStart, in its WorkingDirectory, with its Environment and
-    EnvironmentFile only, as systemd would start it. Stopped at the end."""
+    EnvironmentFile only, as systemd would start it; its log in ``folder``. Stopped on the way out."""
     unit = (HEAL_DIR / "vllm-fleet-heal.service").read_text()
     env = dict(item.split("=", 1) for item in shlex.split(unit_setting(unit, "Environment")))
     for line in open(unit_setting(unit, "EnvironmentFile")).read().splitlines():
         if line and not line.startswith("#"):
             key, value = line.split("=", 1)
             env[key] = value
-    log = tmp_path_factory.mktemp("heal") / "heal.log"
+    log = folder / "heal.log"
     with log.open("w") as out:
         proc = subprocess.Popen(shlex.split(unit_setting(unit, "ExecStart")),
                                 cwd=unit_setting(unit, "WorkingDirectory"), env=env, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
+    running = Loop(proc, log)
 
     def answers() -> bool:
         try:
@@ -85,10 +87,40 @@ def loop(tmp_path_factory):
             return False
         return False
 
-    wait_for(answers, 90, "the healing loop's webhook (401 without the token)")
-    running = Loop(proc, log)
-    yield running
-    running.stop()
+    try:
+        wait_for(answers, 90, "the healing loop's webhook (401 without the token)")
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def loop(tmp_path_factory):
+    with healing_loop(tmp_path_factory.mktemp("heal")) as running:
+        yield running
+
+
+def first_fired(alertname: str, since: float) -> float | None:
+    """When Prometheus first had ``alertname`` firing after ``since`` (epoch seconds), from its
+    ALERTS series (5 s steps); None if it never did."""
+    q = urllib.parse.urlencode({"query": f'ALERTS{{alertname="{alertname}",alertstate="firing"}}',
+                                "start": since, "end": time.time(), "step": 5})
+    with urllib.request.urlopen(f"{PROMETHEUS}/query_range?{q}", timeout=10) as r:
+        points = [float(t) for series in json.load(r)["data"]["result"] for t, _ in series["values"]]
+    return min(points, default=None)
+
+
+def heal_reports(after: float) -> list[dict]:
+    """The loop's restart reports (reports/heal/, one a run) written since ``after`` (epoch seconds)."""
+    return [json.loads(f.read_text()) for f in sorted((REPO / "reports" / "heal").glob("*.json"))
+            if f.stat().st_mtime > after]
+
+
+def alert_driven_restarts(after: datetime) -> list[dict]:
+    """The ledger's settled (or failed) restarts the loop made since ``after``, latest line each."""
+    latest = {e["at"]: e for e in ledger() if e["kind"] == "restart" and e["trigger"] == "alert"
+              and datetime.fromisoformat(e["at"]) > after}
+    return [e for e in latest.values() if e["outcome"] != "pending"]
 
 
 def ledger() -> list[dict]:
@@ -123,12 +155,9 @@ def test_slow_prefill_alerts_and_the_loop_restarts_and_cures_it(client, play, lo
             if alerted is None and firing("VllmPrefillDegraded"):
                 alerted = time.monotonic() - knob
                 print(f"proof 1: VllmPrefillDegraded fired {alerted:.0f} s after the knob")
-            done = [e for e in ledger() if e["kind"] == "restart" and e["trigger"] == "alert"
-                    and e["outcome"] != "pending" and datetime.fromisoformat(e["at"]) > knob_at]
-            # The loop's step ends with the restart's report written (reports/heal/, a file a run).
-            reports = [json.loads(f.read_text()) for f in sorted((REPO / "reports" / "heal").glob("*.json"))
-                       if f.stat().st_mtime > knob_epoch]
-            restarted = [r for r in reports if r["restarted"] == ["engine_lab"]]
+            done = alert_driven_restarts(knob_at)
+            # The loop's step ends with the restart's report written.
+            restarted = [r for r in heal_reports(knob_epoch) if r["restarted"] == ["engine_lab"]]
             if done and restarted:
                 break
             assert time.monotonic() < deadline, f"no alert-driven restart settled in 900 s:\n{loop.text()[-4000:]}"
@@ -180,11 +209,6 @@ def test_slow_prefill_alerts_and_the_loop_restarts_and_cures_it(client, play, lo
 
 def engine_started_at() -> str:
     return on_host("lab1", "systemctl show -p ActiveEnterTimestampMonotonic --value vllm.service").strip()
-
-
-def heal_reports(after: float) -> list[dict]:
-    return [json.loads(f.read_text()) for f in sorted((REPO / "reports" / "heal").glob("*.json"))
-            if f.stat().st_mtime > after]
 
 
 def test_a_fault_back_after_every_restart_spends_the_budget_then_nothing_restarts(client, play, loop):  # noqa: F811
