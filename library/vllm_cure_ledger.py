@@ -75,7 +75,7 @@ options:
   after_first:
     description: >-
       Needed by O(action=settled). The reading right after the restart, with C(verdict), C(at) and optionally
-      C(prefill_ratio), C(threshold), C(uptime_s), C(pool_tokens).
+      C(prefill_ratio), C(threshold), C(uptime_s), C(pool_tokens), C(passive_ratio).
     type: dict
   after:
     description: Needed by O(action=settled). The diagnosis once the restart settled (vllm_diagnose's result).

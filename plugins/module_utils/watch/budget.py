@@ -25,7 +25,7 @@ from ansible.module_utils.fleet.commands import command
 from ansible.module_utils.fleet.restart_plan import POLICIES
 from ansible.module_utils.shared.numeric import brief, finite
 from ansible.module_utils.watch.errors import WatchError
-from ansible.module_utils.watch.ledger import PATH, Ledger, parse_time, resets, restarts
+from ansible.module_utils.watch.ledger import PATH, Ledger, parse_time, ratio_text, resets, restarts
 
 RESET_PLAYBOOK = "playbooks/watch-reset.yml"
 # Past these a budget means nothing (and a count past 4,300 digits could not be printed).
@@ -106,14 +106,9 @@ def span(seconds: float) -> str:
     return "%d s" % s if s == int(s) else "%.1f s" % s
 
 
-def _ratio(reading: t.Optional[dict]) -> str:
-    value = reading.get("prefill_ratio") if isinstance(reading, dict) else None
-    return "unread" if value is None else "%.2fx" % value
-
-
 def _restart(entry: dict) -> str:
-    return "%s (%s): prefill %s -> %s, %s" % (entry["at"], entry["trigger"], _ratio(entry["before"]),
-                                               _ratio(entry["after"]), entry["outcome"])
+    return "%s (%s): prefill %s -> %s, %s" % (entry["at"], entry["trigger"], ratio_text(entry["before"]),
+                                               ratio_text(entry["after"]), entry["outcome"])
 
 
 def decide(state: BudgetState, policy: str, inventory_arg: str, ledger_path: str = PATH) -> Decision:

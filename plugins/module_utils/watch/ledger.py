@@ -61,7 +61,7 @@ _RESTART_KEYS = ("kind", "engine", "at", "trigger", "policy", "before", "after",
                  "why")
 _RESTART_OPTIONAL = ("policy", "after", "evidence", "why")
 _RESET_KEYS = ("kind", "engine", "at", "by", "reason")
-_READING_KEYS = ("verdict", "at", "prefill_ratio", "threshold", "uptime_s", "pool_tokens")
+_READING_KEYS = ("verdict", "at", "prefill_ratio", "threshold", "uptime_s", "pool_tokens", "passive_ratio")
 _UTC = datetime.timezone.utc
 
 
@@ -148,7 +148,11 @@ def _keys(data: t.Any, what: str, keys: t.Sequence[str], optional: t.Sequence[st
 @dataclasses.dataclass(frozen=True)
 class Reading:
     """An engine's diagnosis at one moment: its verdict (diagnosis.VERDICTS), the
-    quiet probe's prefill ratio and threshold, its uptime and KV pool, when."""
+    quiet probe's prefill ratio and threshold, its uptime and KV pool, when; on
+    a busy engine, whose probe does not run, the passive reading's ratio (the
+    engine's own prefill sums against the baseline over a few seconds of
+    traffic: the verdict weighs it with the diagnosis' margin, the cure does
+    not compare it with the threshold)."""
 
     verdict: str
     at: str
@@ -156,11 +160,12 @@ class Reading:
     threshold: t.Optional[float] = None
     uptime_s: t.Optional[float] = None
     pool_tokens: t.Optional[int] = None
+    passive_ratio: t.Optional[float] = None
 
     def __post_init__(self) -> None:
         _choice(self.verdict, "a reading's verdict", VERDICTS)
         object.__setattr__(self, "at", _iso(self.at, "a reading's at"))
-        for name in ("prefill_ratio", "threshold"):
+        for name in ("prefill_ratio", "threshold", "passive_ratio"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, float(_number(value, "a reading's %s" % name, positive=True)))
@@ -187,7 +192,8 @@ class Reading:
 def diagnosis_figures(diagnosis: t.Any) -> dict:
     """What a reading takes from ``engine_diagnosis``'s result (with the uptime
     vllm_diagnose adds): ``verdict``, ``prefill_ratio`` and ``threshold`` (the
-    quiet probe's, in its evidence), ``uptime_s``, ``pool_tokens``. A figure
+    quiet probe's, in its evidence), ``uptime_s``, ``pool_tokens``,
+    ``passive_ratio`` (the passive reading's, under traffic). A figure
     that is no reading (none, inf, a pool that is no count) is None; the
     verdict must be one of diagnosis.VERDICTS."""
     if not isinstance(diagnosis, dict):
@@ -205,7 +211,8 @@ def diagnosis_figures(diagnosis: t.Any) -> dict:
     return {"verdict": verdict, "prefill_ratio": positive(evidence.get("ratio")),
             "threshold": positive(evidence.get("threshold")),
             "uptime_s": uptime if uptime is not None and uptime >= 0 else None,
-            "pool_tokens": int(pool) if pool is not None and 0 <= pool <= MAX_POOL and pool == int(pool) else None}
+            "pool_tokens": int(pool) if pool is not None and 0 <= pool <= MAX_POOL and pool == int(pool) else None,
+            "passive_ratio": positive(evidence.get("passive_ratio"))}
 
 
 def reading_from_diagnosis(diagnosis: t.Any, at: t.Union[str, datetime.datetime]) -> Reading:
@@ -356,8 +363,18 @@ def resets(ledger: Ledger, engine: str) -> t.List[dict]:
 
 # --- the cure ----------------------------------------------------------------------------
 
-def _ratio(value: t.Optional[float]) -> str:
-    return "unread" if value is None else "%.2fx" % value
+def ratio_text(reading: t.Union[Reading, dict, None]) -> str:
+    """A reading's prefill ratio in words: the quiet probe's ("1.22x"), else the
+    passive one's ("3.10x under load"), else "unread". A line's dict or None
+    (no reading yet) is taken as it is."""
+    if isinstance(reading, Reading):
+        reading = reading.as_dict()
+    reading = reading if isinstance(reading, dict) else {}
+    for key, words in (("prefill_ratio", "%.2fx"), ("passive_ratio", "%.2fx under load")):
+        value = finite(reading.get(key))
+        if value is not None:
+            return words % value
+    return "unread"
 
 
 def cured(after_first: t.Union[Reading, dict], after_settled: t.Union[Reading, dict],
@@ -380,10 +397,12 @@ def cured(after_first: t.Union[Reading, dict], after_settled: t.Union[Reading, d
     ratios = (first.prefill_ratio, settled.prefill_ratio)
     if all(r is None for r in ratios):
         return True, "healthy right after the restart and after %s; no prefill ratio read" % after
-    figures = "prefill %s then %s" % tuple(_ratio(r) for r in ratios)
+    # A ratio under load is told, not held to the threshold: the verdict weighed it.
+    told = "prefill %s then %s" % (ratio_text(first), ratio_text(settled))
+    held = "the probe's " if None in ratios else ""
     if any(r is not None and not r < limit for r in ratios):
-        return False, "%s, not under %.2fx; healthy verdicts over %s" % (figures, limit, after)
-    return True, "%s, under %.2fx; healthy after %s" % (figures, limit, after)
+        return False, "%s, %snot under %.2fx; healthy verdicts over %s" % (told, held, limit, after)
+    return True, "%s, %sunder %.2fx; healthy after %s" % (told, held, limit, after)
 
 
 # --- a restart's outcome -----------------------------------------------------------------

@@ -64,9 +64,9 @@ def test_a_restart_entry_holds_every_field_in_its_written_form():
     assert entry == {
         "kind": "restart", "engine": ENGINE, "at": AT, "trigger": "alert", "policy": "when-degraded",
         "before": {"verdict": "prefill-degraded", "at": AT, "prefill_ratio": 1.62, "threshold": 1.12,
-                   "uptime_s": 259200.0, "pool_tokens": 4736},
+                   "uptime_s": 259200.0, "pool_tokens": 4736, "passive_ratio": None},
         "after": {"verdict": "healthy", "at": "2026-12-01T03:32:00+00:00", "prefill_ratio": 1.02,
-                  "threshold": 1.12, "uptime_s": 60.0, "pool_tokens": 4736},
+                  "threshold": 1.12, "uptime_s": 60.0, "pool_tokens": 4736, "passive_ratio": None},
         "outcome": "not-cured", "settle_s": 120,
         "evidence": "/var/lib/vllm-fleet/evidence/engine_lab-20261201T033000Z.tar.gz", "why": None}
 
@@ -273,12 +273,16 @@ def test_every_verdict_the_diagnosis_names_is_a_reading(verdict):
 
 
 @pytest.mark.parametrize("figures, read", [
-    ({"ratio": float("inf"), "threshold": float("nan"), "kv_cache_tokens": 4736.5, "uptime_s": -1.0},
-     {"prefill_ratio": None, "threshold": None, "pool_tokens": None, "uptime_s": None}),
-    ({"ratio": 10 ** 400, "threshold": 0, "kv_cache_tokens": 2.0 ** 60, "uptime_s": True},
-     {"prefill_ratio": None, "threshold": None, "pool_tokens": None, "uptime_s": None}),
-    ({"ratio": 1.5, "threshold": 1.12, "kv_cache_tokens": 4736.0, "uptime_s": 30},
-     {"prefill_ratio": 1.5, "threshold": 1.12, "pool_tokens": 4736, "uptime_s": 30}),
+    ({"ratio": float("inf"), "threshold": float("nan"), "kv_cache_tokens": 4736.5, "uptime_s": -1.0,
+      "passive_ratio": float("nan")},
+     {"prefill_ratio": None, "threshold": None, "pool_tokens": None, "uptime_s": None, "passive_ratio": None}),
+    ({"ratio": 10 ** 400, "threshold": 0, "kv_cache_tokens": 2.0 ** 60, "uptime_s": True, "passive_ratio": -2},
+     {"prefill_ratio": None, "threshold": None, "pool_tokens": None, "uptime_s": None, "passive_ratio": None}),
+    ({"ratio": 1.5, "threshold": 1.12, "kv_cache_tokens": 4736.0, "uptime_s": 30, "passive_ratio": None},
+     {"prefill_ratio": 1.5, "threshold": 1.12, "pool_tokens": 4736, "uptime_s": 30, "passive_ratio": None}),
+    # A busy engine: no probe, the passive reading's ratio.
+    ({"ratio": None, "threshold": 1.5, "kv_cache_tokens": 65536, "uptime_s": 195.0, "passive_ratio": 13.51},
+     {"prefill_ratio": None, "threshold": 1.5, "pool_tokens": 65536, "uptime_s": 195.0, "passive_ratio": 13.51}),
 ])
 def test_a_figure_that_is_no_reading_is_left_out(figures, read):
     diagnosis = dict(DIAGNOSES["healthy"], evidence=dict(DIAGNOSES["healthy"]["evidence"], **figures))
@@ -307,7 +311,7 @@ CURES = [
     ("no-ratio-read", reading(), reading(at=SETTLED), 1.5, True,
      "healthy right after the restart and after 240 s; no prefill ratio read"),
     ("one-ratio-read", reading(), reading(at=SETTLED, prefill_ratio=1.1), 1.12, True,
-     "prefill unread then 1.10x, under 1.12x; healthy after 240 s"),
+     "prefill unread then 1.10x, the probe's under 1.12x; healthy after 240 s"),
     ("slow-again", reading(prefill_ratio=1.02), reading(at=SETTLED, prefill_ratio=1.62), 1.5, False,
      "prefill 1.02x then 1.62x, not under 1.50x; healthy verdicts over 240 s"),
     ("at-the-threshold", reading(prefill_ratio=1.5), reading(at=SETTLED, prefill_ratio=1.0), 1.5, False,
@@ -383,3 +387,28 @@ def test_an_outcome_needs_its_restarts_first_line(engine, at):
     ledger = ledger_of(restart(outcome="pending"))
     with pytest.raises(WatchError, match="has no restart of engine %s that began" % engine):
         L.failed(ledger, engine, at, "boom")
+
+
+@pytest.mark.parametrize("reading, words", [
+    (L.Reading("healthy", AT, prefill_ratio=1.224), "1.22x"),
+    (L.Reading("prefill-degraded", AT, passive_ratio=13.511), "13.51x under load"),
+    (L.Reading("healthy", AT, prefill_ratio=0.9, passive_ratio=2.0), "0.90x"),
+    ({"prefill_ratio": None, "passive_ratio": 3.1}, "3.10x under load"),
+    (L.Reading("healthy", AT), "unread"),
+    (None, "unread"),
+    ({"passive_ratio": "3"}, "unread"),
+])
+def test_a_ratio_in_words_is_the_probe_s_else_the_passive_one(reading, words):
+    assert L.ratio_text(reading) == words
+
+
+def test_a_passive_ratio_is_told_but_not_held_to_the_threshold():
+    """The busy engine's settled reading: healthy by the diagnosis (which weighs a passive ratio
+    with its own margin), 1.8x the baseline under traffic: cured, and the why says both."""
+    first = L.Reading("healthy", AT, prefill_ratio=0.78)
+    busy = L.Reading("healthy", "2026-12-01T03:30:18+00:00", passive_ratio=1.8)
+    assert L.cured(first, busy, 1.5) == (
+        True, "prefill 0.78x then 1.80x under load, the probe's under 1.50x; healthy after 18 s")
+    slow = L.Reading("healthy", AT, prefill_ratio=6.33)
+    assert L.cured(slow, busy, 1.5) == (
+        False, "prefill 6.33x then 1.80x under load, the probe's not under 1.50x; healthy verdicts over 18 s")
