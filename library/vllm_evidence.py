@@ -120,6 +120,9 @@ ARGUMENT_SPEC = dict(
 )
 # Where cgroup v2 is mounted (the units' processes are read from it).
 CGROUP_ROOT = "/sys/fs/cgroup"
+# Where systemd keeps a unit's processes: the unified hierarchy (cgroup v2), else a hybrid
+# host's unified or named systemd hierarchy (cgroup v1, as in containers of older hosts).
+CGROUP_HIERARCHIES = ("", "/unified", "/systemd")
 # The most a file of the bundle keeps (a stack dump of thousands of threads is still evidence).
 MAX_FILE = 4 * 1024 * 1024
 
@@ -140,10 +143,16 @@ def _unit_pids(module, unit):
     if rc != 0 or not group:
         return None
     pids = set()
-    for root, _dirs, names in os.walk(CGROUP_ROOT + group):
-        if "cgroup.procs" in names:
-            text = _read(os.path.join(root, "cgroup.procs")) or ""
-            pids.update(int(x) for x in text.split() if x.isdigit())
+    for hierarchy in CGROUP_HIERARCHIES:
+        top = CGROUP_ROOT + hierarchy + group
+        if not os.path.isdir(top):
+            continue
+        for root, _dirs, names in os.walk(top):
+            if "cgroup.procs" in names:
+                text = _read(os.path.join(root, "cgroup.procs")) or ""
+                pids.update(int(x) for x in text.split() if x.isdigit())
+        if pids:
+            break
     return sorted(pids)
 
 
@@ -182,6 +191,8 @@ def main():
         if pids is None:
             missing.append("%s: systemd knows no control group for it (not running here)" % unit)
             continue
+        if not pids:
+            missing.append("%s: no process found in its control group (stopped?)" % unit)
         for pid in pids:
             argv = _cmdline(pid)
             if argv is not None:

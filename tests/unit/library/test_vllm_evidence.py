@@ -88,3 +88,20 @@ def test_check_mode_writes_nothing(run_module, host):
 def test_a_bad_engine_name_is_refused(run_module, host):
     result = run_module(module, args(host, engine="../x"))
     assert result["failed"] and "no engine name" in result["msg"] and not host["dest"].exists()
+
+
+def test_a_hybrid_host_s_named_systemd_hierarchy_holds_the_unit_s_processes(run_module, host, tmp_path):
+    """cgroup v1 (the lab's hosts, older container hosts): the unit's group is under systemd's own
+    hierarchy, not at the root."""
+    root = tmp_path / "cgroup"
+    (root / "systemd").mkdir()
+    (root / "system.slice").rename(root / "systemd" / "system.slice")
+    result = run_module(module, args(host))
+    assert f"stacks-{host['proc'].pid}.txt" in result["files"], result
+
+
+def test_a_unit_whose_group_holds_no_process_is_said_missing(run_module, host, tmp_path):
+    group = tmp_path / "cgroup" / "system.slice" / "vllm.service"
+    (group / "child" / "cgroup.procs").write_text("")
+    result = run_module(module, args(host))
+    assert "vllm.service: no process found in its control group (stopped?)" in result["missing"], result
