@@ -208,6 +208,11 @@ def main():
     else:
         for pid, _command in procs:
             rc, out = _run(module, [p["py_spy"], "dump", "--pid", str(pid)], p["timeout"])
+            if rc != 0:
+                # A stopped process (a wedge's engine core, SIGSTOPped) cannot be suspended: read
+                # it without suspending, which is the stack that matters most.
+                rc, again = _run(module, [p["py_spy"], "dump", "--nonblocking", "--pid", str(pid)], p["timeout"])
+                out += "\n--- again with --nonblocking (the process could not be suspended) ---\n" + again
             files["stacks-%d.txt" % pid] = out
             if rc != 0:
                 missing.append("stacks of %d: py-spy exited %d (see stacks-%d.txt)" % (pid, rc, pid))

@@ -105,3 +105,15 @@ def test_a_unit_whose_group_holds_no_process_is_said_missing(run_module, host, t
     (group / "child" / "cgroup.procs").write_text("")
     result = run_module(module, args(host))
     assert "vllm.service: no process found in its control group (stopped?)" in result["missing"], result
+
+
+def test_a_process_that_cannot_be_suspended_is_read_without_suspending(run_module, host, tmp_path):
+    """A wedged engine core is SIGSTOPped: py-spy cannot suspend it, so it is read again with
+    --nonblocking, and that stack is kept."""
+    make_exe(Path(host["py_spy"]), '#!/bin/sh\ncase "$*" in *--nonblocking*) echo "Thread 1 (idle): step";; '
+                                   '*) echo "Error: Failed to suspend process"; exit 1;; esac\n')
+    result = run_module(module, args(host))
+    pid = host["proc"].pid
+    text, _mode = bundle_files(result["bundle"])[f"stacks-{pid}.txt"]
+    assert "Failed to suspend process" in text and "again with --nonblocking" in text and "step" in text
+    assert not [m for m in result["missing"] if m.startswith("stacks of")], result["missing"]
