@@ -13,7 +13,7 @@ engine and changes nothing.
 
 Proof 5: Prometheus killed; serving goes on, and the loop, which Alertmanager sends the heartbeat
 every minute, says DEAD-MAN once none came for fleet_heal_deadman_timeout. (Proof 2, a wedge with
-no traffic, is test_diagnose.py's wedge; proof 4, quiet, test_watch.py's.)
+no traffic, is not in make test yet; proof 4, quiet, is test_watch.py's.)
 
 Runs after test_upgrade.py and before test_restart.py: it finds the TP2 engine healthy with the
 consumers on it, in direct mode, and leaves it so.
@@ -102,16 +102,6 @@ def healing_loop(folder: Path):
 def loop(tmp_path_factory):
     with healing_loop(tmp_path_factory.mktemp("heal")) as running:
         yield running
-
-
-def first_fired(alertname: str, since: float) -> float | None:
-    """When Prometheus first had ``alertname`` firing after ``since`` (epoch seconds), from its
-    ALERTS series (5 s steps); None if it never did."""
-    q = urllib.parse.urlencode({"query": f'ALERTS{{alertname="{alertname}",alertstate="firing"}}',
-                                "start": since, "end": time.time(), "step": 5})
-    with urllib.request.urlopen(f"{PROMETHEUS}/query_range?{q}", timeout=10) as r:
-        points = [float(t) for series in json.load(r)["data"]["result"] for t, _ in series["values"]]
-    return min(points, default=None)
 
 
 def heal_reports(after: float) -> list[dict]:
