@@ -106,6 +106,8 @@ import socket
 import tarfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.flags.cmdline import read_proc_cmdline
+from ansible.module_utils.flags.errors import SourceError
 from ansible.module_utils.watch import evidence
 from ansible.module_utils.watch.errors import WatchError
 
@@ -156,16 +158,6 @@ def _unit_pids(module, unit):
     return sorted(pids)
 
 
-def _cmdline(pid):
-    raw = None
-    try:
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            raw = f.read(65536)
-    except OSError:
-        return None
-    return [w.decode("utf-8", "replace") for w in raw.split(b"\0") if w]
-
-
 def _run(module, argv, timeout):
     rc, out, err = module.run_command(["timeout", str(timeout)] + argv, environ_update={"LC_ALL": "C"})
     return rc, (out + (("\n" + err) if err.strip() else ""))[:MAX_FILE]
@@ -194,9 +186,10 @@ def main():
         if not pids:
             missing.append("%s: no process found in its control group (stopped?)" % unit)
         for pid in pids:
-            argv = _cmdline(pid)
-            if argv is not None:
-                listed.append((pid, argv))
+            try:
+                listed.append((pid, read_proc_cmdline(pid)))
+            except SourceError:  # gone since the group was read, or a zombie
+                continue
     files["processes.txt"] = "".join("%d %s\n" % (pid, " ".join(argv)) for pid, argv in listed)
     try:
         procs = evidence.python_processes(listed)

@@ -22,11 +22,11 @@ import datetime
 import re
 import typing as t
 
+from ansible.module_utils.flags.secrets_mask import MASK
 from ansible.module_utils.shared.numeric import brief
 from ansible.module_utils.watch.errors import WatchError
 from ansible.module_utils.watch.ledger import check_engine, parse_time
 
-MASK = "********"
 # A secret shorter than this is no secret worth the name, and masking it would
 # mask every occurrence of two letters.
 MIN_SECRET = 6
