@@ -74,6 +74,14 @@ options:
     description: Record a new baseline even when one was recorded since the unit's start.
     type: bool
     default: false
+  keep_known_good:
+    description:
+      - With O(mode=baseline), keep the baseline on the host when the one just measured is for the same vLLM
+        version, model and prompt length and slower past its threshold (RV(verdict=slower), RV(ratio)). A start
+        of the same launch is as fast as the known-good one was; a slower one is a fault that outlived it, and
+        recording it would hide it from the diagnosis. Off after a change that may change the speed (flags).
+    type: bool
+    default: false
   threshold_floor:
     description:
       - The least slow-down ratio ever called C(degraded), whatever the baseline's own noise; 1.0 to 10.
@@ -123,6 +131,7 @@ EXAMPLES = r"""
 RETURN = r"""
 verdict:
   description: C(healthy), C(degraded), C(inconclusive) or C(down); with O(mode=baseline), C(recorded), C(kept),
+    C(slower) (with O(keep_known_good), the known-good baseline stays and RV(reference) is the new measurement's),
     C(inconclusive) or C(down).
   returned: always
   type: str
@@ -132,7 +141,8 @@ reason:
   returned: always
   type: str
 ratio:
-  description: The probe's statistic over the baseline's (1.0 is as fast as after the start), or null.
+  description: The probe's statistic over the baseline's (1.0 is as fast as after the start), or null; with
+    RV(verdict=slower), the new measurement's over the known-good baseline's.
   returned: always
   type: float
 threshold:
@@ -240,7 +250,7 @@ from ansible.module_utils.prefill.decision import (
     baseline_to_json,
 )
 from ansible.module_utils.prefill.errors import PrefillError
-from ansible.module_utils.prefill.probe import keep_baseline, probe, record
+from ansible.module_utils.prefill.probe import keep_baseline, keep_known_good, probe, record
 from ansible.module_utils.shared.numeric import shown
 
 ARGUMENT_SPEC = dict(
@@ -255,6 +265,7 @@ ARGUMENT_SPEC = dict(
     timeout=dict(type="float", default=20.0),
     unit=dict(type="str"),
     refresh=dict(type="bool", default=False),
+    keep_known_good=dict(type="bool", default=False),
     threshold_floor=dict(type="float", default=FLOOR),
     api_key=dict(type="str", no_log=True),
 )
@@ -326,6 +337,12 @@ def main():
                                  p["threshold_floor"])
             if new is None:
                 module.exit_json(**dict(common, **result))
+            if p["keep_known_good"]:
+                known = keep_known_good(baseline, new, p["threshold_floor"])
+                if known.keep:
+                    # RV(reference) is what was measured; RV(baseline), the known-good one, stays.
+                    module.exit_json(**dict(common, **dict(result, verdict="slower", ratio=known.ratio,
+                                                           reason=known.reason)))
             directory = os.path.dirname(p["baseline_path"])
             if directory:
                 os.makedirs(directory, mode=0o755, exist_ok=True)

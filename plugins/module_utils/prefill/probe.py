@@ -23,7 +23,9 @@ are ``decision.decide`` and ``decision.threshold``. Order of one probe:
    tries, and otherwise makes the verdict ``inconclusive``.
 
 ``keep_baseline`` says whether a baseline already on the host is kept
-instead of recording a new one.
+instead of recording a new one; ``keep_known_good``, whether the one on the
+host stays when the baseline just measured after a start of the same
+install and model is slower than it.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from ansible.module_utils.prefill.decision import (
     Baseline,
     comparable,
     decide,
+    reference,
     threshold,
 )
 from ansible.module_utils.prefill.errors import PrefillError
@@ -285,6 +288,8 @@ class Keep:
 
     keep: bool
     reason: str
+    # keep_known_good: the new measurement over the known-good reference.
+    ratio: t.Optional[float] = None
 
 
 def keep_baseline(baseline: t.Optional[Baseline], started: t.Optional[float], model: str, prompt_tokens: int,
@@ -298,3 +303,28 @@ def keep_baseline(baseline: t.Optional[Baseline], started: t.Optional[float], mo
             and baseline.model == model and baseline.prompt_tokens == prompt_tokens):
         return Keep(True, "baseline from %s was recorded since the engine's start" % baseline.recorded_at)
     return Keep(False, missing or "stale")
+
+
+def keep_known_good(known: t.Optional[Baseline], new: Baseline, floor: float = FLOOR) -> Keep:
+    """Whether the known-good baseline (the one on the host) stays instead of ``new``, just measured.
+
+    A start of the same install and model is as fast as the known-good start was. A new baseline
+    slower past the known one's threshold is a fault that outlived the start (the slow-down a
+    restart was meant to cure), not the engine's new normal: recording it would make the
+    diagnosis, the cure ledger and the watch compare the slow engine with itself and call it
+    healthy. Another version, model or prompt length is not comparable: ``new`` is recorded.
+    """
+    if known is None:
+        return Keep(False, "no baseline before")
+    same, why = comparable(known, new.vllm_version, new.model, new.prompt_tokens)
+    if not same:
+        return Keep(False, why)
+    limit = threshold(known, floor=floor)
+    ratio = reference(new) / limit.reference
+    if ratio < limit.detectable:
+        return Keep(False, "%.2fx the known-good baseline from %s, under its threshold %.2fx" % (
+            ratio, known.recorded_at, limit.detectable), ratio)
+    return Keep(True, (
+        "prefill right after the start is %.2fx the known-good baseline from %s (threshold %.2fx): the "
+        "slow-down outlived the start, so the known-good baseline stays and the diagnosis keeps reading "
+        "the engine against it" % (ratio, known.recorded_at, limit.detectable)), ratio)

@@ -116,8 +116,8 @@ def record(run_module, fake, path, **kw) -> dict:
     ({"refresh": "maybe"}, "argument 'refresh' is of type str and we were unable to convert to bool: "
                            "The value 'maybe' is not a valid boolean. Valid booleans include: "),
     ({"service": UNIT}, "Unsupported parameters for (basic.py) module: service. Supported parameters include: "
-                        "api_key, baseline_path, groups, mode, model, prompt_tokens, refresh, threshold_floor, "
-                        "timeout, unit, url, window, window_max."),
+                        "api_key, baseline_path, groups, keep_known_good, mode, model, prompt_tokens, refresh, "
+                        "threshold_floor, timeout, unit, url, window, window_max."),
 ])
 def test_argument_errors(run_module, fake, path, params, msg):
     base = {} if "url" in params or params == {} else {"url": fake.url, "model": MODEL, "baseline_path": str(path)}
@@ -333,6 +333,36 @@ def test_baseline_recorded_again_when_stale(run_module, fake, path, systemd, cha
         del kw["unit"]
     result = record(run_module, fake, path, **kw)
     assert (result["changed"], result["verdict"]) == (True, "recorded")
+
+
+# --- keep_known_good: a restart that did not cure keeps the known-good baseline ---------------
+
+def test_keep_known_good_keeps_the_baseline_when_the_start_is_slower(run_module, fake, path, systemd):
+    known = record(run_module, fake, path, unit=UNIT)
+    written = path.read_text()
+    systemd.set(started=time.time() + 5)  # restarted since, with the slow-down still there
+    fake.scale = 3.0
+    result = record(run_module, fake, path, unit=UNIT, keep_known_good=True)
+    assert (result["changed"], result["verdict"]) == (False, "slower")
+    assert 2.5 < result["ratio"] < 3.5, result["ratio"]
+    assert result["reason"].startswith("prefill right after the start is %.2fx the known-good baseline from %s"
+                                       % (result["ratio"], known["baseline"]["recorded_at"]))
+    assert path.read_text() == written and result["baseline"] == known["baseline"]
+    # The new measurement is what the restart compares with before (its after reading).
+    assert result["reference"] == pytest.approx(known["reference"] * result["ratio"])
+
+
+@pytest.mark.parametrize("case", ["as fast", "off", "another version", "no baseline before"])
+def test_keep_known_good_records_otherwise(run_module, fake, path, systemd, case):
+    kw = {"unit": UNIT, "keep_known_good": case != "off"}
+    if case != "no baseline before":
+        record(run_module, fake, path, unit=UNIT)
+    if case == "another version":
+        write_baseline(path, vllm_version="0.31.0")
+    systemd.set(started=time.time() + 5)
+    fake.scale = 1.0 if case == "as fast" else 3.0
+    result = record(run_module, fake, path, **kw)
+    assert (result["changed"], result["verdict"]) == (True, "recorded"), result["reason"]
 
 
 def test_check_mode_baseline_sends_nothing(run_module, fake, path):

@@ -14,7 +14,7 @@ import pytest
 from ansible.module_utils.fleet import diagnosis
 from ansible.module_utils.prefill import client as pc
 from ansible.module_utils.prefill.decision import FLOOR, GROUP_SIZE, PASSIVE_PREFILLS, SAMPLE_TRIES, Baseline
-from ansible.module_utils.prefill.probe import Keep, keep_baseline, probe, record
+from ansible.module_utils.prefill.probe import Keep, keep_baseline, keep_known_good, probe, record
 from prefill_fake import MODEL, PER_TOKEN, VERSION, FakeVllm, closed_port
 
 TOKENS = 32
@@ -500,3 +500,30 @@ def test_probe_a_lone_request_beside_the_warm_up_is_taken_again(fake, client, fa
     fake.on_completion = lambda f, i: setattr(f, "time_count", f.time_count + 1) if i == 0 else None
     r = probe(client, MODEL, TOKENS, baseline(), window=WINDOW)
     assert r["verdict"] != "inconclusive" and r["answered"] is True, r
+
+
+# --- keep_known_good: a start slower than the known-good one keeps it --------------------------
+
+@pytest.mark.parametrize("scale, kw, keep", [
+    (1.0, {}, False),
+    (1.1, {}, False),                    # under the floor's threshold: the new one is recorded
+    (FLOOR * 1.01, {}, True),
+    (5.0, {}, True),
+    (5.0, {"vllm_version": "0.31.0"}, False),  # an upgrade is not comparable
+    (5.0, {"model": "other"}, False),
+    (5.0, {"prompt_tokens": TOKENS * 2}, False),
+])
+def test_keep_known_good(scale, kw, keep):
+    known = baseline(recorded_at=RECORDED, **kw)
+    new = baseline(groups=((PER_TOKEN * scale,) * GROUP_SIZE,) * 2)
+    got = keep_known_good(known, new)
+    assert got.keep is keep, got.reason
+    if not kw:
+        assert got.ratio == pytest.approx(scale)
+    if keep:
+        assert got.reason.startswith("prefill right after the start is %.2fx the known-good baseline from %s"
+                                     % (scale, RECORDED))
+
+
+def test_keep_known_good_without_a_baseline_before():
+    assert keep_known_good(None, baseline()) == Keep(False, "no baseline before")
