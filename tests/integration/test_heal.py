@@ -3,13 +3,19 @@ Prometheus and Alertmanager (Debian's), and ansible-rulebook on the controller, 
 set up (playbooks/watch.yml). The controller runs no systemd: the loop is started here by its
 unit's ExecStart with its environment file, as systemd would start it.
 
-Proof 1: the slow-prefill knob under the session client's load; VllmPrefillDegraded fires;
-Alertmanager sends it to the loop; the loop runs the rolling restart (when-degraded) for that
-engine; the restart diagnoses it degraded, restarts it with the consumers on the fallback, reads
-it again once settled, and the cure ledger says cured. Measured: the knob to the alert, and the
-knob to the cured line. The consumers lose nothing they would not lose by themselves to a slowed
-engine (its own timeouts, before the move), and a when-degraded run afterwards skips the healthy
-engine and changes nothing.
+Proofs 3 and 1, one test: the slow-prefill knob under the session client's load, put again on
+every new engine process as soon as the restarted engine answers (a fault that comes back after
+every restart). VllmPrefillDegraded fires; Alertmanager sends it to the loop; the loop runs the
+rolling restart (when-degraded) for that engine; each restart diagnoses it degraded, keeps its
+evidence, restarts it with the consumers on the fallback, reads it slower right after its start
+(the known-good baseline kept) and again once settled: the cure ledger says not-cured. After
+exactly the lab's budget of 2, the loop's next run is held back ("not cured by restart", the
+reset command in it), nothing restarts after, and VllmNotCuredByRestart fires. Then the operator
+resets the budget with the fault no longer coming back: the alert still fires, and the loop's
+restart cures it, the ledger says cured (proof 1). Measured: the knob to the alert, to the hold,
+and the reset to the cured line. The consumers lose nothing they would not lose by themselves to
+a slowed engine (its own timeouts, then their fallback), and a when-degraded run afterwards skips
+the healthy engine and changes nothing.
 
 Proof 5: Prometheus killed; serving goes on, and the loop, which Alertmanager sends the heartbeat
 every minute, says DEAD-MAN once none came for fleet_heal_deadman_timeout. (Proof 2, a wedge with
@@ -27,6 +33,8 @@ import re
 import shlex
 import signal
 import subprocess
+import tarfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -45,6 +53,9 @@ HEAL_DIR = REPO / ".cache" / "heal"
 WEBHOOK = "http://10.200.0.1:5000/alerts"
 PROMETHEUS = "http://10.200.0.13:9090/api/v1"
 LEDGER = "/var/lib/vllm-fleet/cure-ledger.jsonl"
+HEALTH = "http://10.200.0.11:8000/health"
+ENGINE_HOSTS = ("lab1", "lab2")
+BUDGET = 2  # inventory/lab: vllm_fleet_restart_budget
 
 
 def unit_setting(unit: str, key: str) -> str:
@@ -127,7 +138,69 @@ def firing(alertname: str) -> bool:
         return bool(json.load(r)["data"]["result"])
 
 
-def test_slow_prefill_alerts_and_the_loop_restarts_and_cures_it(client, play, loop, tmp_path):  # noqa: F811
+class FaultBack:
+    """The slow-prefill knob (both hosts, ``quota`` % of a CPU) on every engine process, and again,
+    once a second, on every new one as soon as the engine answers /health: a fault that comes
+    back after every restart. ``stop_following`` leaves it on the processes it holds; ``off``
+    takes it off them too."""
+
+    def __init__(self, quota: str):
+        self.quota, self.rounds, self._stop = quota, 0, threading.Event()
+        self._thread = threading.Thread(target=self._follow, daemon=True)
+
+    def _apply(self) -> None:
+        for host in ENGINE_HOSTS:
+            lab_sh("fault", "slow-prefill", host, self.quota, check=False)
+
+    def _follow(self) -> None:
+        while not self._stop.wait(1.0):
+            if engine_answers():
+                self._apply()
+                self.rounds += 1
+
+    def start(self) -> "FaultBack":
+        self._apply()
+        self._thread.start()
+        return self
+
+    def stop_following(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+
+    def off(self) -> None:
+        self.stop_following()
+        for host in ENGINE_HOSTS:
+            lab_sh("fault", "slow-prefill-off", host, check=False)
+
+
+def engine_answers() -> bool:
+    try:
+        with urllib.request.urlopen(HEALTH, timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def client_ts(at: str) -> str:
+    """A ledger time as the session client's records write theirs (UTC, milliseconds)."""
+    return datetime.fromisoformat(at).astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
+
+
+def evidence_members(entry: dict) -> dict:
+    """The restart's evidence folder on the controller: each host's tar and its member names."""
+    folder = Path(entry["evidence"])
+    folder = folder if folder.is_absolute() else REPO / folder
+    assert oct(folder.stat().st_mode & 0o777) == "0o700", folder
+    out = {}
+    for tar_path in sorted(folder.glob("*.tar.gz")):
+        with tarfile.open(tar_path) as tar:
+            out[tar_path.name] = [m.name.split("/", 1)[1] for m in tar.getmembers()]
+    return out
+
+
+def test_a_slow_prefill_back_after_every_restart_spends_the_budget_and_after_the_reset_the_loop_cures_it(
+        client, play, loop, tmp_path):  # noqa: F811
     # The operator's reset starts the budget clean; without a reason it is refused.
     refused = play("playbooks/watch-reset.yml", extravars={"reset_engine": "engine_lab"})
     assert refused.rc != 0 and said(refused, "Nothing was changed: name the engine and what you fixed")
@@ -140,32 +213,63 @@ def test_slow_prefill_alerts_and_the_loop_restarts_and_cures_it(client, play, lo
     since, knob, knob_at, knob_epoch = now_ts(), time.monotonic(), datetime.now(timezone.utc), time.time()
     # As test_restart.py's when-degraded runs did: both hosts at 15 % of a CPU, so that the
     # restart's own passive diagnosis (5 s windows under the client's load) agrees.
-    for host in ("lab1", "lab2"):
-        lab_sh("fault", "slow-prefill", host, "15")
-    alerted = None
+    fault = FaultBack("15").start()
     try:
-        deadline = time.monotonic() + 900
-        while True:
+        # Proof 3: the fault back after every restart. The budget's restarts, then held.
+        alerted, held = None, []
+        deadline = time.monotonic() + 1500
+        while not held:
             if alerted is None and firing("VllmPrefillDegraded"):
                 alerted = time.monotonic() - knob
                 print(f"proof 1: VllmPrefillDegraded fired {alerted:.0f} s after the knob")
-            done = alert_driven_restarts(knob_at)
+            held = [r for r in heal_reports(knob_epoch) if r["held"] == ["engine_lab"]]
+            assert time.monotonic() < deadline, f"nothing held back in 1500 s:\n{loop.text()[-4000:]}"
+            time.sleep(2)
+        print(f"proof 3: held {time.monotonic() - knob:.0f} s after the knob ({fault.rounds} knob rounds)")
+        assert alerted is not None, "the restart came before the alert was seen firing"
+        spent = sorted(alert_driven_restarts(knob_at), key=lambda e: e["at"])
+        for entry in spent:
+            print(f"proof 3: {entry['at']} {entry['outcome']}: {entry.get('why')}")
+        assert len(spent) == BUDGET, spent
+        for entry in spent:
+            assert entry["outcome"] == "not-cured", entry
+            assert entry["before"]["verdict"] == "prefill-degraded" and entry["policy"] == "when-degraded", entry
+            bundles = evidence_members(entry)
+            assert len(bundles) == len(ENGINE_HOSTS), bundles
+            for name, members in bundles.items():
+                assert any(m.startswith("stacks-") for m in members), (name, members)
+                assert {"journal.txt", "processes.txt", "meminfo.txt", "pressure.txt"} <= set(members), members
+        (row,) = held[0]["engines"]
+        assert held[0]["restarted"] == [] and row["outcome"] == "held", held[0]
+        assert "not cured by restart" in row["reason"] and "playbooks/watch-reset.yml" in row["reason"], row
+        wait_for(lambda: firing("VllmNotCuredByRestart"), 180, "VllmNotCuredByRestart")
+        assert len([e for e in ledger() if e["kind"] == "restart" and datetime.fromisoformat(e["at"]) > knob_at]) \
+            == BUDGET, "a restart after the hold"
+
+        # The operator finds the cause and resets. The fault stays on the running processes, and
+        # stops coming back: the alert still fires, Alertmanager asks again, and the loop's restart
+        # cures it (proof 1).
+        fault.stop_following()
+        reset_at, reset_epoch, reset = datetime.now(timezone.utc), time.time(), time.monotonic()
+        assert play("playbooks/watch-reset.yml",
+                    extravars={"reset_engine": "engine_lab", "reason": "proof 3: the fault is found"}).rc == 0
+        deadline = time.monotonic() + 600
+        while True:
+            done = alert_driven_restarts(reset_at)
             # The loop's step ends with the restart's report written.
-            restarted = [r for r in heal_reports(knob_epoch) if r["restarted"] == ["engine_lab"]]
+            restarted = [r for r in heal_reports(reset_epoch) if r["restarted"] == ["engine_lab"]]
             if done and restarted:
                 break
-            assert time.monotonic() < deadline, f"no alert-driven restart settled in 900 s:\n{loop.text()[-4000:]}"
+            assert time.monotonic() < deadline, f"no restart settled in 600 s after the reset:\n{loop.text()[-4000:]}"
             time.sleep(2)
     finally:
-        for host in ("lab1", "lab2"):
-            lab_sh("fault", "slow-prefill-off", host, check=False)
-    healed = time.monotonic() - knob
+        fault.off()
+    healed = time.monotonic() - reset
     # Its work is done. (The alert's 2-minute window still holds the slow minutes and Alertmanager
     # would ask again; the loop's diagnosis would skip the healthy engine, and overwrite the report.)
     loop.stop()
     (entry,) = done
-    print(f"proof 1: the knob to the ledger's outcome {healed:.0f} s: {entry['outcome']}, {entry['why']}")
-    assert alerted is not None, "the restart came before the alert was seen firing"
+    print(f"proof 1: the reset to the ledger's outcome {healed:.0f} s: {entry['outcome']}, {entry['why']}")
     assert entry["outcome"] == "cured", entry
     assert entry["before"]["verdict"] == "prefill-degraded" and entry["policy"] == "when-degraded", entry
     assert entry["after"]["verdict"] == "healthy", entry
@@ -176,17 +280,21 @@ def test_slow_prefill_alerts_and_the_loop_restarts_and_cures_it(client, play, lo
     assert report["outcome"] == "succeeded" and row["outcome"] == "restarted", report
     assert row["verdict"] == "prefill-degraded" and row["drain"] == "fallback" and row["cure"]["outcome"] == "cured"
 
-    # The consumers: what timed out on the slowed engine before the move fell back by itself (the
-    # field's symptom); from the move on, nothing failed and the fallback served while it restarted.
+    # The consumers: what timed out on the slowed engine fell back by itself (the field's symptom),
+    # never an error; from the curing restart's move on, nothing failed and the fallback served
+    # while it restarted.
     records = client_records(since)
-    moved = min((rec["ts"] for rec in records if rec["base_url"] == FALLBACK_URL), default=None)
-    assert moved, f"no request went to {FALLBACK_URL}"
     symptoms = [rec for rec in records if rec["outcome"] != "ok"]
-    print(f"proof 1: {len(records)} requests; {len(symptoms)} timed out on the slowed engine before the move")
+    print(f"proof 1: {len(records)} requests; {len(symptoms)} timed out on the slowed engine and fell back")
     for rec in symptoms:
         assert rec["outcome"] == "fallback" and rec["base_url"] == ENGINE_URL, rec
-        assert rec["error"].startswith("timeout after") and rec["ts"] < moved, rec
+        assert rec["error"].startswith("timeout after"), rec
+    cure_began = client_ts(entry["at"])
+    moved = min((rec["ts"] for rec in records if rec["base_url"] == FALLBACK_URL and rec["ts"] >= cure_began),
+                default=None)
+    assert moved, f"no request went to {FALLBACK_URL} during the curing restart"
     back_on_the_engine_with_nothing_lost(moved, via=FALLBACK_URL, what="answers from the restarted engine")
+    wait_for(lambda: not firing("VllmNotCuredByRestart"), 120, "VllmNotCuredByRestart quiet after the reset")
 
     # The probe sees the cure: a quiet engine reads healthy, is skipped, and nothing changes.
     on_host("lab3", f"systemctl stop {CLIENT}")
