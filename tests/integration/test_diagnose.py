@@ -21,6 +21,9 @@ import re
 import secrets
 import threading
 import time
+import urllib.parse
+import urllib.request
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -41,7 +44,8 @@ from labtools import (
     said,
     stop_engines,
 )
-from test_serving_modes import an_application_from_the_endpoint_file, consumer_endpoint
+from test_heal import PROMETHEUS, alert_driven_restarts, firing, heal_reports, healing_loop
+from test_serving_modes import an_application_from_the_endpoint_file, consumer_endpoint, wait_for
 
 BASE_URL = "http://10.200.0.11:8000"
 # The engine runs the lab's hub model at its second revision here (test_backends.py's mp boot
@@ -94,6 +98,13 @@ def small_pool(play):
     assert (206, "bytes=10485760-") in [(q["status"], q["range"]) for q in padding], "hf did not resume the cut file"
     yield r
     fake_hub_down()
+
+
+def firing_for_cure() -> bool:
+    """Whether any alert a restart may cure (fleet_cure="restart") fires now."""
+    q = urllib.parse.urlencode({"query": 'ALERTS{fleet_cure="restart",alertstate="firing"}'})
+    with urllib.request.urlopen(f"{PROMETHEUS}/query?{q}", timeout=10) as r:
+        return bool(json.load(r)["data"]["result"])
 
 
 def diagnose(play, tmp_path: Path, *args: str, extravars: dict | None = None) -> dict:
@@ -197,28 +208,28 @@ def test_the_report_states_the_fields_pool(play, tmp_path):
     assert v["verdict"] == "healthy", v
 
 
-def test_three_sessions_the_third_waits_kv_bound(play, tmp_path):
-    """2. Three full-context sessions: two run, the third waits, nothing is preempted or lost."""
-    before = scrape()
-    with Sessions(3) as s:
-        s.wait_for(lambda m: m.get("num_requests_running") == 2 and m.get("num_requests_waiting", 0) >= 1,
-                   "2 running and 1 waiting")
-        v = diagnose(play, tmp_path)
-    after = scrape()
-    assert s.errors == [], s.errors
-    assert s.done > 0
-    assert after["num_preemptions_total"] == before["num_preemptions_total"]
-    assert v["verdict"] == "kv-bound", v
-    assert "4,736 tokens hold 2 full-context session(s)" in v["summary"]
-    assert v["evidence"]["preemptions_in_window"] == 0
-
-
-def test_a_wedged_engine_reads_wedged_fails_readiness_and_verify_and_the_restart_cures_it(play, tmp_path):
-    """5. /health answers while nothing generates (EngineCore stopped). Expected: the diagnosis
-    reads wedged; verify.yml and the engine's readiness (engine.yml, the same path as site.yml)
-    each fail within a minute saying "wedged" and naming the cure; the cure, the rolling restart,
-    restarts it (consumers on the fallback meanwhile) and it generates again."""
+def test_a_wedged_engine_with_no_traffic_alerts_fails_readiness_and_verify_and_the_loop_cures_it(play, tmp_path):
+    """5. /health answers while nothing generates (EngineCore stopped), in direct mode with no
+    traffic. Expected: the diagnosis reads wedged; verify.yml and the engine's readiness
+    (engine.yml, the same path as site.yml) each fail within a minute saying "wedged" and naming
+    the cure. The watch's VllmEngineWedged fires within 2 minutes of the wedge (its canary, not
+    the engine's frozen gauges), and the healing loop (proof 2, docs/watch.md) runs the cure, the
+    rolling restart, which restarts it (consumers on the fallback meanwhile): it generates
+    again and the cure ledger says cured."""
+    # Measured from quiet: no alert a restart may cure is still firing from an earlier test.
+    wait_for(lambda: not firing_for_cure(), 300, "no fleet_cure alert firing before the wedge")
     lab_sh("fault", "wedge", "lab1")
+    wedged, wedged_at, wedged_epoch = time.monotonic(), datetime.now(timezone.utc), time.time()
+    alerted: list[float] = []
+    watching = threading.Event()
+
+    def watch_alert():
+        while not watching.wait(2.0) and not alerted:
+            if firing("VllmEngineWedged"):
+                alerted.append(time.monotonic() - wedged)
+
+    watcher = threading.Thread(target=watch_alert, daemon=True)
+    watcher.start()
     try:
         v = diagnose(play, tmp_path, extravars=WEDGED_AFTER)
         assert v["verdict"] == "wedged", v
@@ -237,20 +248,31 @@ def test_a_wedged_engine_reads_wedged_fails_readiness_and_verify_and_the_restart
             assert took < 120, f"{playbook} took {took:.0f} s to say so"
         # The engine play's rerun of the downloaded revision asked the hub nothing (its marker).
         assert hub_requests(mark) == []
-        start = time.monotonic()
-        report_path = tmp_path / "restart.json"
-        # Its diagnosis reads wedged within 5 s; the restarted engine's first token keeps 20 s.
-        r = play("playbooks/rolling-restart.yml",
-                 extravars={"vllm_diagnose_timeout_s": WEDGED_AFTER["vllm_diagnose_timeout_s"],
-                            "vllm_restart_report_path": str(report_path)})
-        cured_s = time.monotonic() - start
+        # The loop, started now that the operator's runs are done, gets the alert from Alertmanager.
+        with healing_loop(tmp_path) as loop:
+            deadline = time.monotonic() + 600
+            while True:
+                done = alert_driven_restarts(wedged_at)
+                restarted = [r for r in heal_reports(wedged_epoch) if r["restarted"] == ["engine_lab"]]
+                if done and restarted:
+                    break
+                assert time.monotonic() < deadline, f"the loop cured nothing in 600 s:\n{loop.text()[-4000:]}"
+                time.sleep(2)
+        cured_s = time.monotonic() - wedged
     finally:
+        watching.set()
         lab_sh("fault", "unwedge", "lab1", check=False)
-    assert r.rc == 0, "the rolling restart did not cure the wedged engine"
-    (engine,) = json.loads(report_path.read_text())["engines"]
+    assert alerted, "VllmEngineWedged was not seen firing"
+    print(f"proof 2: VllmEngineWedged fired {alerted[0]:.0f} s after the wedge; the ledger's outcome "
+          f"{cured_s:.0f} s after it")
+    assert alerted[0] <= 120 + 5, f"VllmEngineWedged fired {alerted[0]:.0f} s after the wedge (bound 120 s)"
+    (entry,) = done
+    assert entry["outcome"] == "cured" and entry["before"]["verdict"] == "wedged", entry
+    (report,) = restarted
+    (engine,) = report["engines"]
     assert engine["verdict"] == "wedged" and engine["outcome"] == "restarted", engine
     assert engine["drain"] == "fallback"
-    print(f"wedged engine cured by the rolling restart in {cured_s:.0f} s (down {engine['downtime_s']} s)")
+    print(f"wedged engine cured by the loop's rolling restart (down {engine['downtime_s']} s)")
     import openai
 
     client = openai.OpenAI(base_url=BASE_URL + "/v1", api_key=engine_key(), timeout=60, max_retries=0)
@@ -260,6 +282,22 @@ def test_a_wedged_engine_reads_wedged_fails_readiness_and_verify_and_the_restart
     # configured from the file alone is served.
     assert consumer_endpoint()[2] == engine_key()
     assert an_application_from_the_endpoint_file() == "1"
+
+
+def test_three_sessions_the_third_waits_kv_bound(play, tmp_path):
+    """2. Three full-context sessions: two run, the third waits, nothing is preempted or lost."""
+    before = scrape()
+    with Sessions(3) as s:
+        s.wait_for(lambda m: m.get("num_requests_running") == 2 and m.get("num_requests_waiting", 0) >= 1,
+                   "2 running and 1 waiting")
+        v = diagnose(play, tmp_path)
+    after = scrape()
+    assert s.errors == [], s.errors
+    assert s.done > 0
+    assert after["num_preemptions_total"] == before["num_preemptions_total"]
+    assert v["verdict"] == "kv-bound", v
+    assert "4,736 tokens hold 2 full-context session(s)" in v["summary"]
+    assert v["evidence"]["preemptions_in_window"] == 0
 
 
 def test_slow_prefill_reads_degraded(play, tmp_path):
