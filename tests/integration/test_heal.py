@@ -128,6 +128,20 @@ def alert_driven_restarts(after: datetime) -> list[dict]:
     return [e for e in latest.values() if e["outcome"] != "pending"]
 
 
+def loop_restart_settled(loop: Loop, after: datetime, timeout: float = 600) -> tuple[list[dict], list[dict]]:
+    """Wait until a restart of engine_lab the loop began after ``after`` is settled in the ledger and
+    its step wrote the restart's report (the step ends with it); return both."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done = alert_driven_restarts(after)
+        restarted = [r for r in heal_reports(after.timestamp()) if r["restarted"] == ["engine_lab"]]
+        if done and restarted:
+            return done, restarted
+        assert time.monotonic() < deadline, \
+            f"no alert-driven restart settled in {timeout:.0f} s:\n{loop.text()[-4000:]}"
+        time.sleep(2)
+
+
 def ledger() -> list[dict]:
     return [json.loads(line) for line in on_host("lab1", f"cat {LEDGER}").splitlines() if line.strip()]
 
@@ -251,18 +265,10 @@ def test_a_slow_prefill_back_after_every_restart_spends_the_budget_and_after_the
         # stops coming back: the alert still fires, Alertmanager asks again, and the loop's restart
         # cures it (proof 1).
         fault.stop_following()
-        reset_at, reset_epoch, reset = datetime.now(timezone.utc), time.time(), time.monotonic()
+        reset_at, reset = datetime.now(timezone.utc), time.monotonic()
         assert play("playbooks/watch-reset.yml",
                     extravars={"reset_engine": "engine_lab", "reason": "proof 3: the fault is found"}).rc == 0
-        deadline = time.monotonic() + 600
-        while True:
-            done = alert_driven_restarts(reset_at)
-            # The loop's step ends with the restart's report written.
-            restarted = [r for r in heal_reports(reset_epoch) if r["restarted"] == ["engine_lab"]]
-            if done and restarted:
-                break
-            assert time.monotonic() < deadline, f"no restart settled in 600 s after the reset:\n{loop.text()[-4000:]}"
-            time.sleep(2)
+        done, restarted = loop_restart_settled(loop, reset_at)
     finally:
         fault.off()
     healed = time.monotonic() - reset
