@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,11 +15,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import labbudget  # noqa: E402
 from labtools import REPO, on_host, run_playbook  # noqa: E402
 
 # Every playbook run of the lab phase logs here (ansible-runner, molecule and the
 # shell all inherit the variable): its task timestamps say where a run's time
-# went, and its process ids count the runs (the budget in docs/lab.md).
+# went, and its process ids count the runs (budget.toml).
 ANSIBLE_LOG = REPO / ".cache" / "lab-ansible.log"
 
 
@@ -53,6 +55,9 @@ def play():
 # test prints it; docs/lab.md keeps the latest figures).
 _PHASES: dict[str, float] = {}
 _TESTS: dict[str, float] = {}
+# The budget's verdict, from pytest_sessionfinish (which may still fail the session)
+# for pytest_terminal_summary, which runs inside it, to print.
+_BUDGET: dict = {}
 
 
 def pytest_runtest_logreport(report):
@@ -64,18 +69,46 @@ def pytest_runtest_logreport(report):
     _TESTS[report.nodeid] = _TESTS.get(report.nodeid, 0.0) + report.duration
 
 
-def pytest_terminal_summary(terminalreporter):
-    if not _PHASES or os.environ.get("VLLM_FLEET_LAB") != "1":
+def _lab_ran(config) -> bool:
+    # Not on an xdist worker: the controller measures once, after every test.
+    return bool(_PHASES) and os.environ.get("VLLM_FLEET_LAB") == "1" and not hasattr(config, "workerinput")
+
+
+def pytest_sessionfinish(session):
+    """Check the lab's counts against budget.toml; one over fails the session, even
+    when every test passed, and so does a count that could not be measured."""
+    if not _lab_ran(session.config):
+        return
+    _BUDGET.update(lines=[], failure=None)
+    try:
+        measured = {**lab_counts(), labbudget.MINUTES: sum(_PHASES.values()) / 60}
+        verdict = labbudget.check(measured, labbudget.load_budget())
+    except labbudget.BudgetError as err:
+        _BUDGET["failure"] = f"lab budget check failed: {err}"
+    except (OSError, ValueError, subprocess.SubprocessError) as err:
+        _BUDGET["failure"] = f"lab budget check failed: the counts could not be measured: {err!r}"
+    else:
+        _BUDGET.update(lines=verdict.lines, failure=verdict.message)
+    if _BUDGET["failure"] and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if not _lab_ran(config):
         return
     write = terminalreporter.write_line
     terminalreporter.section("lab phase times")
     for phase, seconds in _PHASES.items():
         write(f"{phase:<48} {seconds / 60:6.1f} min  ({seconds:5.0f} s)")
     write(f"{'total':<48} {sum(_PHASES.values()) / 60:6.1f} min")
-    write(lab_counts())
+    for line in _BUDGET.get("lines", []):
+        write(line)
     # Every test of a minute or more, slowest first: what a phase's growth came from.
     slowest = sorted(((n, s) for n, s in _TESTS.items() if s >= 60), key=lambda kv: -kv[1])
     write("tests of 60 s or more: " + "; ".join(f"{nodeid.split('::')[-1]} {s:.0f} s" for nodeid, s in slowest))
+    if _BUDGET.get("failure"):
+        terminalreporter.write_sep("!", "lab budget", red=True)
+        write(_BUDGET["failure"], red=True)
 
 
 def playbook_runs(log_text: str) -> int:
@@ -90,13 +123,23 @@ _BOOTS = "journalctl -o cat --no-pager -u vllm.service | grep -c '^(APIServer pi
 _RAY_STARTS = "journalctl -o cat --no-pager -u ray.service | grep -c '^Started ray.service'"
 
 
-def lab_counts() -> str:
-    """The lab budget's counts for this run: whole-engine boots and Ray starts (the engine
-    hosts' persistent journals, which host-stop keeps) and playbook runs (Ansible's log)."""
+def _journal_count(host: str, cmd: str) -> int:
+    out = on_host(host, cmd).strip()
+    # grep -c prints a number even when nothing matched: no number means no answer,
+    # which must not pass for zero.
+    if not out.isdigit():
+        raise ValueError(f"{host} gave no count for {cmd!r}: {out!r}")
+    return int(out)
+
+
+def lab_counts() -> dict[str, int]:
+    """The lab budget's counts for this run, by their keys in budget.toml: whole-engine boots
+    and Ray starts (the engine hosts' persistent journals, which host-stop keeps) and
+    playbook runs (Ansible's log)."""
     boots = rays = 0
     for host in ("lab1", "lab2"):
-        boots += int(on_host(host, _BOOTS).strip() or 0)
-        rays += int(on_host(host, _RAY_STARTS).strip() or 0)
+        boots += _journal_count(host, _BOOTS)
+        rays += _journal_count(host, _RAY_STARTS)
     log = Path(os.environ.get("ANSIBLE_LOG_PATH", ANSIBLE_LOG))
     runs = playbook_runs(log.read_text(errors="replace")) if log.is_file() else 0
-    return f"counts: engine boots {boots}, Ray starts {rays}, playbook runs {runs} (budget: docs/lab.md)"
+    return {"engine_boots": boots, "ray_starts": rays, "playbook_runs": runs}
