@@ -5,7 +5,7 @@ before test_diagnose.py, whose engine play takes the lab back to Ray with the
 field's pool. So one engine play reshapes the lab from two engines into the
 mp backend, with the field's small pool and full-prompt admission off (the
 diagnosis' preempting case), and the next one puts Ray back: no boot only
-resets state (docs/lab.md: the suite's cost).
+resets state (docs/lab.md: the budget).
 """
 from __future__ import annotations
 
