@@ -28,7 +28,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 LAB_SH = ROOT / "lab" / "lab.sh"
 PROMETHEUS = "http://10.200.0.13:9090"
 STEP_S = 5
-# Every series a rule reads (roles/fleet_watch/files/etc/prometheus/vllm-fleet/rules.yml).
+# Every series a rule reads (roles/fleet_watch/templates/etc/prometheus/vllm-fleet/rules.yml.j2).
 SELECTOR = ('{__name__=~"up|probe_success|vllm:(request_prefill_time_seconds_sum|'
             'request_prefill_kv_computed_tokens_sum|iteration_tokens_total_count|num_preemptions_total|'
             'kv_cache_usage_perc|num_requests_waiting|num_requests_running)|vllm_fleet_.*"}')

@@ -7,6 +7,10 @@ time 0 being the fixture's start; the toolkit's own vllm_fleet_* series (which
 node-exporter's textfile collector serves on the head) come from the baseline
 the lab's prefill probe recorded (prefill-baseline.json), through the same
 renderer the engine hosts use.
+
+The rules are roles/fleet_watch's template, rendered as Ansible renders it,
+with the role's defaults (production) or with the lab inventory's values
+over them (each alert's for:, which the lab shortens).
 """
 
 from __future__ import annotations
@@ -15,15 +19,59 @@ import json
 import math
 import os
 import pathlib
+import re
 import subprocess
 
+import jinja2
 import yaml
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 FIXTURES = REPO / "tests" / "fixtures" / "watch"
-RULES = REPO / "roles" / "fleet_watch" / "files" / "etc" / "prometheus" / "vllm-fleet" / "rules.yml"
+ROLES = REPO / "roles"
+RULES = ROLES / "fleet_watch" / "templates" / "etc" / "prometheus" / "vllm-fleet" / "rules.yml.j2"
+LAB_GROUP_VARS = REPO / "inventory" / "lab" / "group_vars"
+# The lab's monitoring host (lab3) takes group_vars/all, then its monitoring group's over them;
+# the controller, where the healing loop runs, all's only.
+LAB_GROUPS = ("all", "monitoring")
+RENDERINGS = ("production", "lab")
 PROMTOOL = pathlib.Path(os.environ.get("PROMTOOL", REPO / ".cache" / "watch-tools" / "usr" / "bin" / "promtool"))
 ENGINE = "engine_lab"
+
+
+def seconds(text: str) -> float:
+    """A duration as the inventory writes it: Prometheus's (`1m30s`) or ansible-rulebook's (`45 seconds`)."""
+    units = {"s": 1, "m": 60, "h": 3600, "second": 1, "minute": 60, "hour": 3600}
+    found = re.findall(r"(\d+) ?(hours?|minutes?|seconds?|[smh])", str(text))
+    assert found and "".join(n + u for n, u in found) == str(text).replace(" ", ""), f"not a duration: {text!r}"
+    return sum(float(n) * units[u if len(u) == 1 else u.rstrip("s")] for n, u in found)
+
+
+def settings(role: str, rendering: str) -> dict:
+    """A role's variables as its templates see them: its defaults (production), with the lab's
+    group_vars over them for the lab, and its constants (vars/main.yml's `_` names) on top."""
+    values = yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text())
+    if rendering == "lab":
+        for group in LAB_GROUPS:
+            for path in sorted((LAB_GROUP_VARS / group).glob("*.yml")):
+                values.update(yaml.safe_load(path.read_text()) or {})
+    constants = yaml.safe_load((ROLES / role / "vars" / "main.yml").read_text())
+    values.update({k: v for k, v in constants.items() if k.startswith("_") and not k.startswith("__")})
+    return values
+
+
+def render(template: pathlib.Path, values: dict) -> str:
+    """``template`` rendered as Ansible's template module renders it, with ``values``."""
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True)
+    env.filters["comment"] = lambda text: f"# {text}"
+    env.filters["to_json"] = json.dumps
+    return env.from_string(template.read_text()).render(ansible_managed="Ansible managed", **values)
+
+
+def rules_file(tmp_path: pathlib.Path, rendering: str) -> pathlib.Path:
+    """The rules as the monitoring host gets them, with production's or the lab's values."""
+    path = tmp_path / f"rules-{rendering}.yml"
+    path.write_text(render(RULES, settings("fleet_watch", rendering)))
+    return path
 
 
 def promtool() -> str:
@@ -93,9 +141,10 @@ def firing_at(eval_s: int, alerts: list) -> dict:
     }
 
 
-def run(tmp_path: pathlib.Path, doc: dict, toolkit: dict, expr_tests: list) -> subprocess.CompletedProcess:
+def run(tmp_path: pathlib.Path, rules: pathlib.Path, doc: dict, toolkit: dict,
+        expr_tests: list) -> subprocess.CompletedProcess:
     test = {
-        "rule_files": [str(RULES)],
+        "rule_files": [str(rules)],
         "evaluation_interval": f"{doc['step_s']}s",
         "tests": [{"name": doc["scenario"], "interval": f"{doc['step_s']}s",
                    "input_series": input_series(doc, toolkit), "promql_expr_test": expr_tests}],

@@ -7,7 +7,7 @@ baseline is the lab's: two of the healthy probe groups of
 tests/fixtures/prefill/lab-healthy-groups.json, in the prefill baseline file's
 shape (decision.baseline_to_json); the diagnoses are what fleet/diagnosis.py
 returns (test_ledger's DIAGNOSES). The series the watchers' rules read
-(roles/fleet_watch/files/etc/prometheus/vllm-fleet/rules.yml) are all written.
+(roles/fleet_watch/templates/etc/prometheus/vllm-fleet/rules.yml.j2) are all written.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_ledger import DIAGNOSES, ENGINE, ledger_of, reset, restart
 
 REPO = Path(__file__).resolve().parents[4]
-RULES = REPO / "roles" / "fleet_watch" / "files" / "etc" / "prometheus" / "vllm-fleet" / "rules.yml"
+RULES = REPO / "roles" / "fleet_watch" / "templates" / "etc" / "prometheus" / "vllm-fleet" / "rules.yml.j2"
 GROUPS = json.loads((REPO / "tests" / "fixtures" / "prefill" / "lab-healthy-groups.json").read_text())["groups"]
 BASELINE = decision.Baseline("0.32.0", "tiny", 1024, "2026-12-01T13:24:31+00:00", tuple(map(tuple, GROUPS[:2])))
 BASELINE_FILE = json.loads(decision.baseline_to_json(BASELINE))
