@@ -60,6 +60,32 @@ _TESTS: dict[str, float] = {}
 _BUDGET: dict = {}
 
 
+# The counts as each test file began (None where a host did not answer), and at the
+# end: where the budget went, file by file.
+_FILE_COUNTS: list[tuple[str, dict | None]] = []
+
+
+def pytest_runtest_setup(item):
+    if os.environ.get("VLLM_FLEET_LAB") != "1":
+        return
+    stem = Path(item.nodeid.partition("::")[0]).stem
+    if not _FILE_COUNTS or _FILE_COUNTS[-1][0] != stem:
+        try:
+            counts = lab_counts()
+        except (OSError, ValueError, subprocess.SubprocessError):
+            counts = None
+        _FILE_COUNTS.append((stem, counts))
+
+
+def _counts_by_file(end: dict) -> list[str]:
+    marks = _FILE_COUNTS + [("", end)]
+    lines = []
+    for (stem, start), (_, stop) in zip(marks, marks[1:]):
+        spent = ("?" if start is None or stop is None else stop[key] - start[key] for key in _COUNT_KEYS)
+        lines.append(f"{stem:<48} " + "  ".join(f"{n:>5}" for n in spent))
+    return lines
+
+
 def pytest_runtest_logreport(report):
     path, _, name = report.nodeid.partition("::")
     phase = Path(path).stem
@@ -88,7 +114,8 @@ def pytest_sessionfinish(session):
     except (OSError, ValueError, subprocess.SubprocessError) as err:
         _BUDGET["failure"] = f"lab budget check failed: the counts could not be measured: {err!r}"
     else:
-        _BUDGET.update(lines=verdict.lines, failure=verdict.message)
+        _BUDGET.update(lines=verdict.lines, failure=verdict.message,
+                       by_file=_counts_by_file({key: measured[key] for key in _COUNT_KEYS}))
     if _BUDGET["failure"] and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -101,6 +128,10 @@ def pytest_terminal_summary(terminalreporter, config):
     for phase, seconds in _PHASES.items():
         write(f"{phase:<48} {seconds / 60:6.1f} min  ({seconds:5.0f} s)")
     write(f"{'total':<48} {sum(_PHASES.values()) / 60:6.1f} min")
+    if _BUDGET.get("by_file"):
+        write(f"{'counts by file':<48} {'boots':>5}  {'Ray':>5}  {'runs':>5}")
+        for line in _BUDGET["by_file"]:
+            write(line)
     for line in _BUDGET.get("lines", []):
         write(line)
     # Every test of a minute or more, slowest first: what a phase's growth came from.
@@ -130,6 +161,9 @@ def _journal_count(host: str, cmd: str) -> int:
     if not out.isdigit():
         raise ValueError(f"{host} gave no count for {cmd!r}: {out!r}")
     return int(out)
+
+
+_COUNT_KEYS = ("engine_boots", "ray_starts", "playbook_runs")
 
 
 def lab_counts() -> dict[str, int]:

@@ -153,6 +153,7 @@ spec = importlib.util.spec_from_file_location("lab_conftest", {conftest!r})
 lab = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(lab)
 lab.lab_counts = lambda: {counts!r}
+pytest_runtest_setup = lab.pytest_runtest_setup
 pytest_runtest_logreport = lab.pytest_runtest_logreport
 pytest_sessionfinish = lab.pytest_sessionfinish
 pytest_terminal_summary = lab.pytest_terminal_summary
@@ -168,7 +169,8 @@ def _real(**changes: int | None) -> dict:
 
 
 @pytest.mark.parametrize("counts, test_passes, lab, rc, shown, hidden", [
-    pytest.param(_real(), True, "1", 0, ["lab phase times", "(budget "], ["lab budget exceeded"],
+    pytest.param(_real(), True, "1", 0, ["lab phase times", "(budget ", "counts by file", "test_one     "],
+                 ["lab budget exceeded"],
                  id="at-budget-passes"),
     pytest.param(_real(engine_boots=REAL["engine_boots"] + 1), True, "1", 1,
                  [f"engine boots {REAL['engine_boots'] + 1} > budget {REAL['engine_boots']} ({SHOWN})",
