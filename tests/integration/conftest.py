@@ -81,7 +81,7 @@ def _counts_by_file(end: dict) -> list[str]:
     marks = _FILE_COUNTS + [("", end)]
     lines = []
     for (stem, start), (_, stop) in zip(marks, marks[1:]):
-        spent = ("?" if start is None or stop is None else stop[key] - start[key] for key in _COUNT_KEYS)
+        spent = ("?" if start is None or stop is None else stop[key] - start[key] for key in labbudget.COUNTS)
         lines.append(f"{stem:<48} " + "  ".join(f"{n:>5}" for n in spent))
     return lines
 
@@ -115,7 +115,7 @@ def pytest_sessionfinish(session):
         _BUDGET["failure"] = f"lab budget check failed: the counts could not be measured: {err!r}"
     else:
         _BUDGET.update(lines=verdict.lines, failure=verdict.message,
-                       by_file=_counts_by_file({key: measured[key] for key in _COUNT_KEYS}))
+                       by_file=_counts_by_file({key: measured[key] for key in labbudget.COUNTS}))
     if _BUDGET["failure"] and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -161,9 +161,6 @@ def _journal_count(host: str, cmd: str) -> int:
     if not out.isdigit():
         raise ValueError(f"{host} gave no count for {cmd!r}: {out!r}")
     return int(out)
-
-
-_COUNT_KEYS = ("engine_boots", "ray_starts", "playbook_runs")
 
 
 def lab_counts() -> dict[str, int]:
