@@ -6,7 +6,6 @@ unless VLLM_FLEET_LAB=1, so `pytest tests/unit` stays fast and hermetic.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -114,8 +113,12 @@ def pytest_sessionfinish(session):
     except (OSError, ValueError, subprocess.SubprocessError) as err:
         _BUDGET["failure"] = f"lab budget check failed: the counts could not be measured: {err!r}"
     else:
-        _BUDGET.update(lines=verdict.lines, failure=verdict.message,
-                       by_file=_counts_by_file({key: measured[key] for key in labbudget.COUNTS}))
+        by_file = _counts_by_file({key: measured[key] for key in labbudget.COUNTS})
+        failure = verdict.message
+        if failure:
+            # Where the counts went, in the message itself: a log cut short keeps its end.
+            failure += "; by file (boots, Ray, runs): " + ", ".join(" ".join(line.split()) for line in by_file)
+        _BUDGET.update(lines=verdict.lines, failure=failure, by_file=by_file)
     if _BUDGET["failure"] and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -142,12 +145,6 @@ def pytest_terminal_summary(terminalreporter, config):
         write(_BUDGET["failure"], red=True)
 
 
-def playbook_runs(log_text: str) -> int:
-    """ansible-playbook processes that ran a play, from Ansible's log lines
-    (``... p=PID u=USER n=ansible INFO| PLAY [name] ...``)."""
-    return len(set(re.findall(r" p=(\d+) u=\S+ n=ansible \w*\| PLAY \[", log_text)))
-
-
 # A head's API server prints its arguments once per start; a headless rank (mp
 # backend) runs no API server. systemd logs one "Started" per start of a unit.
 _BOOTS = "journalctl -o cat --no-pager -u vllm.service | grep -c '^(APIServer pid=[0-9]*) .*non-default args:'"
@@ -172,5 +169,5 @@ def lab_counts() -> dict[str, int]:
         boots += _journal_count(host, _BOOTS)
         rays += _journal_count(host, _RAY_STARTS)
     log = Path(os.environ.get("ANSIBLE_LOG_PATH", ANSIBLE_LOG))
-    runs = playbook_runs(log.read_text(errors="replace")) if log.is_file() else 0
+    runs = labbudget.playbook_runs(log.read_text(errors="replace")) if log.is_file() else 0
     return {"engine_boots": boots, "ray_starts": rays, "playbook_runs": runs}

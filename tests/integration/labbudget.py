@@ -6,6 +6,7 @@ prints, the unit tests (tests/unit/lab/test_lab_budget.py) drive it with made-up
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,6 +22,28 @@ MINUTES = "lab_minutes"
 
 HOW_TO_RAISE = ('raise a budget only in a commit of its own that says which proof needs it '
                 '(docs/lab.md, "The budget")')
+
+
+# One play's first line, or a run's recap, in Ansible's log
+# (``2026-12-07 11:20:59,187 p=26891 u=root n=ansible INFO| PLAY [name] ****``).
+_PLAY_LINE = re.compile(r" p=(\d+) u=\S+ n=ansible \w*\| PLAY (\[|RECAP )")
+
+
+def playbook_runs(log_text: str) -> int:
+    """The ansible-playbook runs that ran a play, from Ansible's log. A run is its process
+    id, but the kernel hands ids out again once it wraps (pid_max is 32768 on a small
+    machine, and a lab phase starts far more processes than that): a PLAY line from a
+    process whose last play line was its PLAY RECAP begins another run. Linear in the text."""
+    runs = 0
+    running: set[str] = set()
+    for pid, what in _PLAY_LINE.findall(log_text):
+        if what == "[":
+            if pid not in running:
+                runs += 1
+                running.add(pid)
+        else:
+            running.discard(pid)
+    return runs
 
 
 class BudgetError(Exception):

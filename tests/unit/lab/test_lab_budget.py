@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 INTEGRATION = Path(__file__).resolve().parents[2] / "integration"
 if str(INTEGRATION) not in sys.path:
@@ -174,7 +176,8 @@ def _real(**changes: int | None) -> dict:
                  id="at-budget-passes"),
     pytest.param(_real(engine_boots=REAL["engine_boots"] + 1), True, "1", 1,
                  [f"engine boots {REAL['engine_boots'] + 1} > budget {REAL['engine_boots']} ({SHOWN})",
-                  "in a commit of its own that says which proof needs it"], [],
+                  "in a commit of its own that says which proof needs it",
+                  "; by file (boots, Ray, runs): test_one 0 0 0"], [],
                  id="over-fails-though-the-tests-passed"),
     pytest.param(_real(ray_starts=None), True, "1", 1,
                  [f"lab budget check failed: the lab run did not measure ray_starts, which {SHOWN} budgets"], [],
@@ -198,3 +201,47 @@ def test_the_lab_session_fails_over_budget(tmp_path, counts, test_passes, lab, r
         assert text in out, out
     for text in hidden:
         assert text not in out, out
+
+
+def _log_line(pid: int, text: str, second: int = 0) -> str:
+    return f"2026-12-07 11:20:{second:02d},187 p={pid} u=root n=ansible INFO| {text}\n"
+
+
+def _run(pid: int, plays: int = 2, recap: bool = True) -> str:
+    lines = [_log_line(pid, f"PLAY [play {n}] ****") + _log_line(pid, "TASK [a task] ***") for n in range(plays)]
+    return "".join(lines) + (_log_line(pid, "PLAY RECAP ****") if recap else "")
+
+
+@pytest.mark.parametrize("log, runs", [
+    pytest.param("", 0, id="empty"),
+    pytest.param(_run(11), 1, id="one-run-of-two-plays"),
+    pytest.param(_run(11) + _run(12), 2, id="two-runs"),
+    # The kernel wrapped its process ids: the same id, a second run after the first's recap.
+    pytest.param(_run(11) + _run(12) + _run(11), 3, id="a-process-id-handed-out-again"),
+    # A run killed before its recap (an interrupted run) is one run still.
+    pytest.param(_run(11, recap=False) + _run(12), 2, id="a-run-without-its-recap"),
+    pytest.param(_log_line(11, "PLAY RECAP ****"), 0, id="a-recap-alone"),
+    pytest.param(_log_line(11, "TASK [PLAY [not a play]] ***") + _log_line(11, "ok: [lab1] => PLAY ["), 0,
+                 id="play-words-inside-other-lines"),
+])
+def test_the_runs_are_counted_from_ansibles_log(log, runs):
+    assert labbudget.playbook_runs(log) == runs
+
+
+@given(st.lists(st.tuples(st.integers(1, 4), st.integers(1, 3)), max_size=30))
+def test_interleaved_runs_with_process_ids_reused_are_each_counted(runs):
+    """Runs of a few process ids, each to its recap, two at a time interleaved line by line
+    (Ansible's log as parallel runs write it): every run counts once."""
+    log = "".join(_run(pid, plays) for pid, plays in runs)
+    lines = log.splitlines(keepends=True)
+    # Interleave with a second stream of its own ids, which never collide with the first.
+    other = "".join(_run(100 + pid, plays) for pid, plays in runs).splitlines(keepends=True)
+    mixed = "".join(a + b for a, b in zip(lines, other))
+    assert labbudget.playbook_runs(log) == len(runs)
+    assert labbudget.playbook_runs(mixed) == 2 * len(runs)
+
+
+@given(st.text(alphabet=st.sampled_from(list(" p=0123456789u=rootn=ansibleINFO|PLAY[RECAP]\n")), max_size=2000))
+def test_any_text_gives_a_count_and_nothing_else(text):
+    """Hostile or damaged log text: a count, never an exception."""
+    assert labbudget.playbook_runs(text) >= 0
