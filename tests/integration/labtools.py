@@ -216,6 +216,23 @@ def stop_engines() -> None:
                       " vllm-fleet-recover-check.service vllm.service ray.service")
 
 
+# Whether this pytest run installed the lab's consumer application (consumer_app).
+_CONSUMER_APP_INSTALLED: list[bool] = []
+
+
+def consumer_app(play) -> None:
+    """The lab's consumer application on lab3 (lab/playbooks/consumer-app.yml): installed
+    by the first file of a pytest run that needs it. A later file finds the files this run
+    copied and the fallback model it started (a file that stops the fallback starts it
+    again), and runs the playbook again only when they are gone."""
+    if _CONSUMER_APP_INSTALLED and on_host(
+            "lab3", "test -f /opt/vllm-fleet/consumer/session_client.py"
+                    " && systemctl is-active vllm-fleet-fallback.service").strip() == "active":
+        return
+    assert play("lab/playbooks/consumer-app.yml").rc == 0, "the lab's consumer application did not install"
+    _CONSUMER_APP_INSTALLED.append(True)
+
+
 def lab_args(**extra) -> dict:
     """The lab's own vllm_server_args plus ``extra``: -e replaces the whole dict."""
     import yaml

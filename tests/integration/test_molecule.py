@@ -3,25 +3,29 @@ settings in .config/molecule/config.yml), run as a developer would:
 ``molecule test`` from the role's directory.
 
 make test runs these after the site and serving-mode tests, on the lab they
-left up: each scenario's create finds the hosts answering and its destroy
-leaves them up. Run alone (``cd roles/<role> && molecule test``) a scenario
-brings the lab up and takes it down itself.
+left up. Run by hand (``cd roles/<role> && molecule test``) a scenario runs
+whole: its create brings the lab up if it is not, and its destroy takes it
+down only if create brought it up.
 
 The order is the order the roles build on each other, so a scenario's
 prepare step finds its prerequisites in place and only checks them.
 
+A scenario run whole here skips the first destroy of its sequence: the lab
+is up, and it would find nothing of its own to take down. Its create and
+its last destroy still run (tests/molecule/: they find the lab up and leave
+it up).
+
 A scenario runs only its verify step when another file of the same pytest
 run applies its role the same way, on these hosts with this inventory, and
 runs it again with changed=0: those runs are its converge and idempotence
-steps (CONVERGED_BY). Its create and destroy would only find the lab up and
-leave it up (tests/molecule/), two playbook runs of nothing each. Each such verify needs no converge
+steps (CONVERGED_BY). Each such verify needs no converge
 step: it reads what those files left, or makes what it reads itself
 (vllm_restart plans; fleet_report, restart_schedule and vllm_diagnose run
 converge.yml's plays first). gate_service's verify needs the gate started,
 which test_serving_modes.py's cutover leaves only until its cutover back:
 that file runs the scenario there, and its test here checks that run. Run
-without those files (make molecule), every scenario runs whole, gate_service's
-here.
+without those files (make molecule), every scenario runs whole,
+gate_service's here.
 """
 from __future__ import annotations
 
@@ -94,11 +98,17 @@ RAN_THERE: dict[str, subprocess.CompletedProcess] = {}
 SHORT_SEQUENCE = "[verify]"
 
 
+def lab_up_sequence(role: str) -> str:
+    """A whole scenario on the lab that is up: its sequence without the first destroy."""
+    prepare = ["prepare"] if (REPO / "roles" / role / "molecule" / "default" / "prepare.yml").is_file() else []
+    return "[" + ", ".join(["syntax", "create", *prepare, "converge", "idempotence", "verify", "destroy"]) + "]"
+
+
 def molecule_test(role: str, short: bool, timeout: int = 1800) -> subprocess.CompletedProcess:
     """``molecule test`` in roles/<role>/; with ``short``, its verify step only."""
     env = {
         **os.environ,
-        **({"VLLM_FLEET_MOLECULE_SEQUENCE": SHORT_SEQUENCE} if short else {}),
+        "VLLM_FLEET_MOLECULE_SEQUENCE": SHORT_SEQUENCE if short else lab_up_sequence(role),
         # molecule runs ansible-config and ansible-playbook from PATH.
         "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
         "NO_COLOR": "1",

@@ -26,6 +26,7 @@ from labtools import (
     LAB_INVENTORY,
     RECOVERY_MARKER,
     REPO,
+    consumer_app,
     files_holding,
     finish,
     lab_sh,
@@ -70,7 +71,7 @@ HEALTH_PROBE = (
 @pytest.fixture(scope="module")
 def client(play):
     """The consumer application on lab3 with its session client running, in direct mode."""
-    assert play("lab/playbooks/consumer-app.yml").rc == 0
+    consumer_app(play)
     assert "VLLM_FLEET_MODE=direct" in endpoint_env(), "test_serving_modes.py leaves the lab in direct mode"
     on_host("lab3", f"systemctl start {CLIENT}")
     since = now_ts()

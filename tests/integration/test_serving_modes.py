@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 
 import pytest
 from labtools import (
+    consumer_app,
     files_holding,
     finish,
     interrupt,
@@ -123,7 +124,7 @@ def client(play):
     lab converged (its last test is a site.yml run); converging it again would prove nothing."""
     if on_host("lab1", "systemctl is-active vllm.service").strip() != "active":
         assert play("site.yml").rc == 0
-    assert play("lab/playbooks/consumer-app.yml").rc == 0
+    consumer_app(play)
     if "VLLM_FLEET_MODE=gate" in endpoint_env():
         assert play("playbooks/direct-cutover.yml", "-e", "vllm_fleet_confirm=direct").rc == 0
     on_host("lab3", f"systemctl start {CLIENT}")
