@@ -159,8 +159,7 @@ def parse_metrics(text: t.Union[str, bytes], engine: t.Optional[str] = None) -> 
     result = _totals(values, engine, notes)
     waiting_capacity = None
     if capacity and not any(math.isnan(v) for v in capacity):
-        total = math.fsum(capacity)
-        waiting_capacity = total if math.isfinite(total) else None
+        waiting_capacity = _finite_sum(capacity)
     return MetricsSnapshot(engines=tuple(engines), models=tuple(models), notes=tuple(notes),
                            waiting_capacity=waiting_capacity, **result)
 
@@ -209,9 +208,18 @@ def _totals(values: t.Dict[str, t.List[float]], engine: t.Optional[str],
         elif any(math.isnan(v) for v in got):
             result[field] = None
         else:
-            total = max(got) if field in _MAX_FIELDS else math.fsum(got)
-            result[field] = total if math.isfinite(total) else None
+            result[field] = max(got) if field in _MAX_FIELDS else _finite_sum(got)
     return result
+
+
+def _finite_sum(values: t.List[float]) -> t.Optional[float]:
+    """The exact sum of finite, non-negative samples; None where it is not a finite number
+    (fsum raises OverflowError on 1e308 + 1e308 instead of returning inf)."""
+    try:
+        total = math.fsum(values)
+    except OverflowError:
+        return None
+    return total if math.isfinite(total) else None
 
 
 def _parse_labels(text: t.Optional[str], line: re.Match) -> t.Dict[str, str]:

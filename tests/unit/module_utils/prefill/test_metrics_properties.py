@@ -396,3 +396,31 @@ def test_passive_window_of_hostile_scrapes(first, second):
 def test_passive_window_refuses_other_types():
     with pytest.raises(p.PrefillError, match="MetricsSnapshot"):
         p.passive_window({}, p.MetricsSnapshot())
+
+
+@pytest.mark.parametrize("field_line", [
+    "vllm:request_prefill_time_seconds_sum{",
+    "vllm:num_requests_waiting_by_reason{",
+])
+def test_sums_past_the_largest_float_are_none_not_an_overflow(field_line):
+    """Two engines' samples of 1e308 each: their sum is no finite number. math.fsum raises
+    OverflowError on it; the reading says None instead, and nothing escapes."""
+    (line,) = [x for x in REAL.splitlines() if x.startswith(field_line)][:1]
+    name_and_labels, _ = line.rsplit(" ", 1)
+    second = name_and_labels.replace('engine="0"', 'engine="1"')
+    text = REAL.replace(line, f"{name_and_labels} 1e308\n{second} 1e308")
+    snap = p.parse_metrics(text)
+    if field_line.startswith("vllm:request_prefill"):
+        assert snap.prefill_time_sum is None
+    else:
+        assert snap.waiting_capacity is None
+
+
+@given(st.lists(st.floats(min_value=0, max_value=1.7976931348623157e308), min_size=1, max_size=6))
+def test_a_sum_over_engines_is_finite_or_none(values):
+    lines = "".join(f'vllm:request_prefill_time_seconds_sum{{engine="{n}",model_name="m"}} {v!r}\n'
+                    for n, v in enumerate(values))
+    other = REAL.replace("vllm:request_prefill_time_seconds_sum{", "vllm:request_prefill_time_seconds_sum_was{")
+    snap = raises_only(p.PrefillError, p.parse_metrics, other + lines)
+    assert snap is not None
+    assert snap.prefill_time_sum is None or math.isfinite(snap.prefill_time_sum)
