@@ -79,8 +79,12 @@ _CONC = re.compile(
     r"Maximum concurrency for (?P<len>" + _NUM + r") tokens per request: (?P<x>" + _RATIO + r")x(?![\w.])",
     re.ASCII)
 _DEVICES = r"GPU|CPU|TPU|HPU|XPU|NPU|cuda|rocm|cpu|xpu|hpu|tpu|neuron"
+# The CPU figure may have a progress bar's residue glued on ("# CPU blocks: 20484MB/s]",
+# "0it [00:00, ?it/s]"): which of its digits are the count is unknown, so it reads as none;
+# the device's figure before it, ended by ", ", is whole and is read.
 _BLOCKS_PAIR = re.compile(
-    r"(?:# ?)?(?P<dev>" + _DEVICES + r") blocks: (?P<g>[0-9]{1,19}), # CPU blocks: (?P<c>[0-9]{1,19})(?!\w)",
+    r"(?:# ?)?(?P<dev>" + _DEVICES + r") blocks: (?P<g>[0-9]{1,19}), # CPU blocks: "
+    r"(?:(?P<c>[0-9]{1,19})(?!\w)|[0-9]{1,19}(?=[^\W0-9]))",
     re.ASCII)
 _BLOCKS_ALONE = re.compile(r"# (?P<dev>GPU|CPU) blocks: (?P<n>[0-9]{1,19})", re.ASCII)
 # What may follow an end-anchored block count (the line right-stripped first):
@@ -267,8 +271,8 @@ class KvCacheScanner(object):
             if m:
                 label = _engine_label(line.lead)
                 self._new_boot_if_seen(label, "blocks", offset)
-                self._capacity(line, label, device=m.group("dev"),
-                               gpu_blocks=int(m.group("g")), cpu_blocks=int(m.group("c")))
+                self._capacity(line, label, device=m.group("dev"), gpu_blocks=int(m.group("g")),
+                               cpu_blocks=int(m.group("c")) if m.group("c") is not None else None)
                 return
             m = _BLOCKS_ALONE.match(message)
             if m and _TAIL.match(message[m.end():].rstrip()):
