@@ -41,7 +41,7 @@ from __future__ import annotations
 import typing as t
 
 from ansible.module_utils.fleet.commands import command
-from ansible.module_utils.shared.numeric import finite, finite_float, shown
+from ansible.module_utils.shared.numeric import brief, finite, finite_float, shown
 
 POLICIES = ("always", "when-degraded")
 MODES = ("direct", "gate")
@@ -478,7 +478,7 @@ def report(plan_: t.Any, results: t.Any, consumers_t: t.Any = None, failed: t.An
         if isinstance(got, dict) and "marks" in got:
             got = {**{k: v for k, v in got.items() if k != "marks"}, **timings(got["marks"], got.get("engine_boot_s"))}
         if e.get("action") == "restart":
-            row.update(got if isinstance(got, dict) else {"outcome": "not reached"})
+            row.update(_result(got))
         else:
             row["outcome"] = "held" if e.get("held") else "skipped"
         away, back = finite_float(moved.get("away")), finite_float(moved.get("back"))
@@ -499,6 +499,22 @@ def report(plan_: t.Any, results: t.Any, consumers_t: t.Any = None, failed: t.An
             "held": [r["name"] for r in engines if r["outcome"] == "held"],
             "failed": [r["name"] for r in engines if r["outcome"] == "failed"],
             "rolled_back": [r["name"] for r in engines if r["outcome"] == "rolled back"]}
+
+
+# What an engine's restart records as its outcome (roles/vllm_restart: engine.yml, rollback.yml).
+RESULT_OUTCOMES = ("restarted", "failed", "rolled back")
+
+
+def _result(got: t.Any) -> dict:
+    """An engine's recorded result, as the report shows it: none is "not reached"; one without
+    a known outcome (its bookkeeping broke part way) is a failure that says so, never a success."""
+    if not isinstance(got, dict):
+        return {"outcome": "not reached"}
+    if got.get("outcome") in RESULT_OUTCOMES:
+        return got
+    return {**got, "outcome": "failed", "step": got.get("step") or "recording its result",
+            "error": "its restart recorded no known outcome (%s): read the run's output for what it did"
+                     % brief(got.get("outcome"))}
 
 
 def report_line(report: t.Any) -> str:

@@ -824,3 +824,17 @@ def test_an_upgrade_restarts_an_engine_on_the_candidate_that_does_not_serve(verd
     p = rp.plan([E1], {"e1": v(verdict)}, changes={"e1": ""})
     assert p["engines"][0]["action"] == "restart"
     assert p["engines"][0]["reason"] == "%s: it runs the candidate already but does not serve" % verdict
+
+
+@pytest.mark.parametrize("result", [{}, {"step": "verify"}, {"outcome": None}, {"outcome": "done"},
+                                    {"outcome": ["restarted"]}, {"outcome": "restarted "}])
+def test_report_a_result_without_a_known_outcome_is_a_failure_that_says_so(result):
+    """A restart's bookkeeping that broke part way (no outcome recorded): the report fails the
+    engine and the run, names the step when it was recorded, and never counts it restarted."""
+    r = rp.report(_direct_plan(), {"e2": result, "e1": {"outcome": "restarted"}})
+    rows = {e["name"]: e for e in r["engines"]}
+    assert rows["e2"]["outcome"] == "failed" and r["outcome"] == "failed", r
+    assert r["failed"] == ["e2"] and r["restarted"] == ["e1"]
+    assert rows["e2"]["step"] == result.get("step", "recording its result")
+    assert rows["e2"]["error"].startswith("its restart recorded no known outcome (")
+    assert "e2 FAILED at" in rp.report_line(r)

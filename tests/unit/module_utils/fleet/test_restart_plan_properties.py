@@ -148,3 +148,17 @@ def test_prefill_check_raises_only_plan_error(before, after, limit):
 def test_an_upgrade_plan_raises_only_plan_error_on_any_change(change):
     raises_plan_error_only(lambda: rp.plan([E1], {"e1": {"verdict": "healthy"}}, mode="gate",
                                            changes={"e1": change}))
+
+
+@given(st.dictionaries(st.sampled_from(["e1", "e9", 3]),
+                       st.one_of(st.none(), st.text(max_size=5), st.dictionaries(
+                           st.sampled_from(["outcome", "step", "marks", "downtime_s"]),
+                           st.one_of(st.none(), st.text(max_size=12), st.sampled_from(rp.RESULT_OUTCOMES),
+                                     st.floats(allow_nan=False, allow_infinity=False), st.lists(st.none()))))))
+def test_report_of_any_results_raises_only_plan_error(results):
+    """Whatever the restarts recorded: a report whose every engine has an outcome, or PlanError."""
+    plan_ = rp.plan([E1], {"e1": {"verdict": "down"}}, consumer_url=E1["api_url"])
+    report = raises_plan_error_only(lambda: rp.report(plan_, results))
+    if report is not None:
+        assert all(e["outcome"] for e in report["engines"])
+        raises_plan_error_only(lambda: rp.report_line(report))
