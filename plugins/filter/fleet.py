@@ -40,8 +40,6 @@ def _filter(logic):
     return run
 
 
-engine_peers = _filter(_record.engine_peers)
-engine_names = _filter(_record.engine_names)
 engine_heads = _filter(_record.engine_heads)
 engine_records = _filter(_record.engine_records)
 engine_rank = _filter(_record.engine_rank)
@@ -61,8 +59,6 @@ running_model = _filter(_installs.running_model)
 class FilterModule:
     def filters(self):
         return {
-            "engine_peers": engine_peers,
-            "engine_names": engine_names,
             "engine_heads": engine_heads,
             "engine_records": engine_records,
             "engine_rank": engine_rank,

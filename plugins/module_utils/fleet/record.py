@@ -3,7 +3,7 @@ who the engine is (its hosts, ranks and head), where it answers, how it is
 shaped, and ``problems`` (empty when the inventory describes a valid engine);
 with the checks of the consumer and gate hosts and the gate's URL and upstreams
 built from the records. ``plugins/filter/fleet.py`` registers these as filters
-(``engine_records``, ``engine_peers``, ``host_problems``...) and raises
+(``engine_records``, ``engine_heads``, ``host_problems``...) and raises
 :class:`RecordError` as AnsibleFilterError.
 
 An engine (a TP group) is the set of hosts in the engines group that share a

@@ -31,8 +31,6 @@ plugin = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(plugin)
 _mu_internal.is_controller = _was_controller
 FILTERS = plugin.FilterModule().filters()
-engine_peers = FILTERS["engine_peers"]
-engine_names = FILTERS["engine_names"]
 engine_records = FILTERS["engine_records"]
 gate_url = FILTERS["gate_url"]
 gate_upstreams = FILTERS["gate_upstreams"]
@@ -42,6 +40,9 @@ host_problems = FILTERS["host_problems"]
 from ansible.module_utils.fleet import record as logic  # noqa: E402
 
 engine_record = logic.engine_record  # not a filter: engine_records calls it per engine
+# Not filters either: no play needs them alone, and engine_records builds on them.
+engine_peers = logic.engine_peers
+engine_names = logic.engine_names
 model_path = logic.model_path
 fleet_defaults = logic.fleet_defaults
 ENGINE_KEYS = logic.ENGINE_KEYS
@@ -52,7 +53,7 @@ inventory_args = FILTERS["inventory_args"]
 
 
 def test_filters_are_registered():
-    assert set(FILTERS) == {"engine_peers", "engine_names", "engine_heads", "engine_records", "engine_rank",
+    assert set(FILTERS) == {"engine_heads", "engine_records", "engine_rank",
                             "host_problems", "gate_url", "gate_upstreams", "vllm_argv",
                             "systemd_quote", "inventory_args", "install_id", "install_step", "install_prune",
                             "comparable_pins", "pip_list_pins", "running_model"}
@@ -124,9 +125,9 @@ def test_engine_peers_rejects_a_bad_rank(rank, got):
     hostvars = dict(HOSTVARS, lab2=dict(HOSTVARS["lab2"], vllm_fleet_rank=rank))
     if rank is None:
         del hostvars["lab2"]["vllm_fleet_rank"]
-    with pytest.raises(AnsibleFilterError) as err:
+    with pytest.raises(logic.RecordError) as err:
         engine_peers(HOSTS, hostvars, "engine_lab")
-    assert err.value.message == (
+    assert str(err.value) == (
         f"host lab2 of engine engine_lab has no integer vllm_fleet_rank (got {got}); "
         "give the head 0 and the other hosts 1, 2, ...")
 
