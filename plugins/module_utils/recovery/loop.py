@@ -150,6 +150,10 @@ class Recovery:
                 self.host.start(self.cfg.own_unit)
                 self._phase(VLLM_STARTED)
             elif d.action == act.DONE:
+                if self.cfg.role == "head" and self.cfg.backend == "ray" and ob.health == 200:
+                    # Recorded now, not at the next check: a cut right after this start must
+                    # find the nodes this start served with (a new one is a host that booted).
+                    d = Decision(act.DONE, f"{d.reason}; {self._record_nodes(ob)}")
                 self._served(ob)
                 self.say(d, force=True)
                 self.record(d)
@@ -174,6 +178,15 @@ class Recovery:
         elif self.st.head_seen_dead and not ob.api_open and not self.st.head_down_at:
             self.st.head_down_at = ob.now
 
+    def _record_nodes(self, ob: Observation) -> str:
+        """Record the Ray nodes the serving engine's start runs on; what was done, for the journal."""
+        cfg, st = self.cfg, self.st
+        nodes = self.host.ray_nodes(cfg)
+        if nodes and all(ip in nodes for ip in cfg.peers_all):
+            st.engine_invocation, st.engine_nodes = ob.vllm_invocation, {ip: nodes[ip] for ip in cfg.peers_all}
+            return f"recorded its {len(cfg.peers_all)} Ray node(s)"
+        return "Ray did not list every node: recording at the next check"
+
     def _served(self, ob: Observation) -> None:
         if ob.health == 200:
             self.st.attempts, self.st.last_failure, self.st.next_attempt_at = 0, "", 0.0
@@ -191,12 +204,7 @@ class Recovery:
             st.probe_interval_s = min(max(st.probe_interval_s * 2, cfg.check_interval_s), cfg.probe_max_interval_s)
             st.probe_next_at = ob.now + st.probe_interval_s
         if d.action == act.RECORD_NODES:
-            nodes = self.host.ray_nodes(cfg)
-            if nodes and all(ip in nodes for ip in cfg.peers_all):
-                st.engine_invocation, st.engine_nodes = ob.vllm_invocation, {ip: nodes[ip] for ip in cfg.peers_all}
-                d = Decision(act.DONE, f"the engine serves; recorded its {len(nodes)} Ray node(s)")
-            else:
-                d = Decision(act.DONE, "the engine serves; Ray did not list every node: recording next time")
+            d = Decision(act.DONE, f"the engine serves; {self._record_nodes(ob)}")
             self._served(ob)
         elif d.action in (act.RESTART, act.RECOVER):
             self.say(d, force=True)

@@ -463,6 +463,77 @@ def test_the_head_alone_back_its_worker_joins_through_its_check():
     assert w["health"] == 200
 
 
+def _cut(w, *names):
+    """A power cut of these hosts: their units gone, their Ray nodes gone (the head's takes every node
+    with its GCS), the engine dead (503 while the head's API lives, nothing when the head is cut)."""
+    for name in names:
+        w["units"][name] = {}
+        w["boots"][name] = w["boots"][name] + "+"
+    if "head" in names:
+        w["nodes"], w["health"] = {}, None
+        w["units"]["worker"] = {}
+    else:
+        w["nodes"].pop(WORKER, None)
+        w["health"] = 503 if w["units"]["head"].get("vllm.service") == "active" else None
+
+
+def test_power_cuts_in_a_row_each_recover_with_no_playbook_between():
+    """The field's second night: both hosts, then the worker alone right after the engine served
+    again, then the head alone, then both again; no playbook run between. Each cut recovers by
+    itself: the boot run that brings the engine back records its Ray nodes as it serves, so the
+    worker's cut right after it reads as a booted host (a new node), not as an engine whose nodes
+    were never recorded."""
+    w = engine_world()
+    head, worker = FakeHost(w, "head"), FakeHost(w, "worker")
+    served_engine(w, head)
+
+    def tick(w, inner=w["tick"]):
+        inner(w)
+        if w["t"] % 30 < 5 and w["up"][WORKER]:  # the worker's check timer joins a head that waits
+            Recovery(worker, cfg("worker"), "check").run()
+    w["tick"] = tick
+
+    # 1. Both hosts: back together, the head's boot run brings the engine back.
+    _cut(w, "head", "worker")
+    w["log"].clear()
+    assert run(head, "head", "boot") == 0 and w["health"] == 200
+    state = json.loads(head.files["/var/lib/vllm-fleet/recover-state.json"])
+    assert state["engine_nodes"] == w["nodes"] and state["engine_invocation"] == w["inv"], state
+
+    # 2. Right after, before any check ran: the worker alone. The head's checks wait for its host.
+    _cut(w, "worker")
+    w["up"][WORKER] = False
+    for _ in range(3):
+        assert run(head, "head", "check") == 0
+        w["t"] += 30
+    assert not [x for x in w["log"] if x[0] >= w["t"] - 90]
+    # Its host boots: its boot run starts its Ray, whose node joins anew; the head's next check
+    # restarts the whole engine.
+    w["up"][WORKER] = True
+    assert Recovery(worker, cfg("worker", worker_wait_s=5), "boot").run() == 1  # it stays only 5 s here
+    w["t"] += 11
+    w["tick"](w)
+    assert WORKER in w["nodes"]
+    w["log"].clear()
+    assert run(head, "head", "check") == 0
+    assert [(what, u) for _, who, what, u in w["log"] if who == "head"] == [
+        ("stop", "vllm.service"), ("stop", "ray.service"), ("start", "ray.service"), ("start", "vllm.service")]
+    assert w["health"] == 200
+    assert not [line for line in head.lines if "never recorded" in line], head.lines
+
+    # 3. The head alone: its boot run, and the worker's check joins its new Ray.
+    _cut(w, "head")
+    w["log"].clear()
+    assert run(head, "head", "boot") == 0 and w["health"] == 200
+
+    # 4. Both again.
+    _cut(w, "head", "worker")
+    w["log"].clear()
+    assert run(head, "head", "boot") == 0 and w["health"] == 200
+    state = json.loads(head.files["/var/lib/vllm-fleet/recover-state.json"])
+    assert state["engine_nodes"] == w["nodes"], state
+
+
 def test_a_lease_keeps_every_run_from_starting_anything():
     w = engine_world()
     head, worker = FakeHost(w, "head"), FakeHost(w, "worker")
