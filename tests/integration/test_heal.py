@@ -100,7 +100,8 @@ def healing_loop(folder: Path):
     """ansible-rulebook by the unit's ExecStart, in its WorkingDirectory, with its Environment and
     EnvironmentFile only, as systemd would start it; its log in ``folder``. Stopped on the way out."""
     unit = (HEAL_DIR / "vllm-fleet-heal.service").read_text()
-    env = dict(item.split("=", 1) for item in shlex.split(unit_setting(unit, "Environment")))
+    env = dict(item.split("=", 1) for line in re.findall(r"(?m)^Environment=(.*)$", unit)
+               for item in shlex.split(line))
     for line in open(unit_setting(unit, "EnvironmentFile")).read().splitlines():
         if line and not line.startswith("#"):
             key, value = line.split("=", 1)
