@@ -97,7 +97,7 @@ def _short(obj) -> str:
     return "%s.%s" % (obj.__module__.removeprefix("ansible.module_utils."), obj.__qualname__)
 
 
-def _parser_of(fn, seen: "set | None" = None) -> "str | None":
+def _parser_of(fn, seen: set | None = None) -> str | None:
     """The project function (else class) that ``fn`` calls first: ``fn`` itself,
     or what a test's lambda, local wrapper or helper calls."""
     seen = set() if seen is None else seen
@@ -173,7 +173,7 @@ def _cases_of(argnames, argvalues, ids) -> list:
     return out
 
 
-def collect() -> "tuple[list[Case], list[str]]":
+def collect() -> tuple[list[Case], list[str]]:
     """Every assert_linear call of the property tests, as Cases; and what could not be run."""
     hostile.assert_linear = _record   # before any test module binds the name
     skipped: list = []
@@ -230,9 +230,9 @@ def documented(error: BaseException) -> bool:
 
 
 class Timing(t.NamedTuple):
-    seconds: "list[float]"
-    refused: "str | None"    # the documented exception's name, when refused
-    error: "str | None"      # an undocumented exception
+    seconds: list[float]
+    refused: str | None    # the documented exception's name, when refused
+    error: str | None      # an undocumented exception
 
 
 def run(fn, data, repeat: int, stop_after_s: float = float("inf")) -> Timing:

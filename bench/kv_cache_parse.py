@@ -128,7 +128,7 @@ def time_grep(path: Path) -> float:
     return time.perf_counter() - t0
 
 
-def time_parser(path: Path) -> "tuple[float, KvCacheReport]":
+def time_parser(path: Path) -> tuple[float, KvCacheReport]:
     t0 = time.perf_counter()
     report = scan_chunks(file_chunks(str(path)), str(path))
     return time.perf_counter() - t0, report

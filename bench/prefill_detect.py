@@ -258,7 +258,7 @@ def cmd_record(args: argparse.Namespace, target: Target) -> None:
         time.sleep(args.gap)
     data = {"source": "bench/prefill_detect.py " + shlex.join(args.argv),
             "engine": f"{target.engine or target.url} ({target.url}, model {target.model}, vLLM {version})",
-            "recorded_at": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
+            "recorded_at": datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat(),
             "unit": "seconds_per_token", "prompt_tokens": target.tokens, "groups": groups}
     Path(args.out).write_text(json.dumps(data, indent=1) + "\n")
     stats = [prefill.statistic(g) for g in groups]

@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Read an engine's restart budget from its cure ledger, and append the ledger's lines
@@ -190,7 +189,7 @@ REQUIRED_IF = [
 
 def _now():
     # To the microsecond: a restart's at names it, and two may begin in one second in a test.
-    return datetime.datetime.now(datetime.timezone.utc)
+    return datetime.datetime.now(datetime.UTC)
 
 
 def _read(path):

@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Keep an engine host's evidence before a restart: its processes' stacks, journals,
@@ -169,7 +168,7 @@ def main():
     host = socket.gethostname().split(".")[0]
     try:
         secrets = evidence.secrets_of(p["secrets"])
-        name = evidence.bundle_name(p["engine"], host, datetime.datetime.now(datetime.timezone.utc))
+        name = evidence.bundle_name(p["engine"], host, datetime.datetime.now(datetime.UTC))
     except WatchError as exc:
         module.fail_json(msg="cannot keep engine %s's evidence: %s" % (p["engine"], exc))
     bundle = os.path.join(p["dest_dir"], name + ".tar.gz")

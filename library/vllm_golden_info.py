@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Record a vLLM engine's greedy answers to the golden requests, or replay a
@@ -144,7 +143,7 @@ comparison:
 """
 
 import json  # noqa: E402
-from datetime import datetime, timezone  # noqa: E402
+from datetime import UTC, datetime  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.fleet.golden import (  # noqa: E402
@@ -212,7 +211,7 @@ def main():
         with EngineClient(p["url"], timeout=p["timeout"], api_key=p["api_key"]) as client:
             version = client.version()
             samples = answers(client, p["model"], prompts, p["max_tokens"])
-        now = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+        now = datetime.now(UTC).replace(microsecond=0).isoformat()
         result = dict(changed=False, version=version,
                       golden=json.loads(golden_to_json(Golden(version, p["model"], now, tuple(samples)))))
         if old is not None:

@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Write an engine's vllm_fleet_* series into node-exporter's textfile directory
@@ -157,7 +156,7 @@ def main():
         ledger_mod.check_engine(p["engine"])
         kept = None
         if p["diagnosis"] is not None:
-            kept = {"at": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
+            kept = {"at": datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat(),
                     "diagnosis": p["diagnosis"]}
             stored = kept
         else:
@@ -166,7 +165,7 @@ def main():
         ledger = None if raw_ledger is None else ledger_mod.parse(raw_ledger)
         state = None
         if p["budget_limit"] is not None:
-            now = datetime.datetime.now(datetime.timezone.utc)
+            now = datetime.datetime.now(datetime.UTC)
             state = budget_mod.state(ledger or ledger_mod.Ledger(), p["engine"], now,
                                      budget_mod.Budget(p["budget_limit"], p["budget_window_s"]))
         text = render(p["engine"], ledger=ledger, budget_state=state,

@@ -82,7 +82,7 @@ class FakeAWX:
         self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
-    def __enter__(self) -> "FakeAWX":
+    def __enter__(self) -> FakeAWX:
         self.thread.start()
         return self
 

@@ -145,7 +145,7 @@ class FakeVllm:
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02},
                                        daemon=True)
 
-    def __enter__(self) -> "FakeVllm":
+    def __enter__(self) -> FakeVllm:
         self.thread.start()
         return self
 

@@ -62,7 +62,7 @@ def replay(groups: t.Sequence[t.Sequence[float]], baseline_groups: int = MIN_GRO
     false = n = inconclusive = 0
     if adjacent:
         # A real baseline's groups are recorded back to back: runs i, i+1, ...
-        choices: t.Iterable[t.Tuple[int, ...]] = (
+        choices: t.Iterable[tuple[int, ...]] = (
             tuple(range(i, i + baseline_groups)) for i in range(len(clean) - baseline_groups + 1))
     else:
         choices = itertools.combinations(range(len(clean)), baseline_groups)

@@ -31,8 +31,9 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 QUEUED = "queued"
 ADMITTED = "admitted"

@@ -86,7 +86,7 @@ class Books:
         self._update_idle()
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         return True
 

@@ -55,7 +55,7 @@ class Counting:
                     await resp.read()
                     return self._tokenize_fallback("error", f"{name} answered HTTP {resp.status}")
                 data = await resp.json(content_type=None)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return self._tokenize_fallback("timeout", f"{name} took over {self.config.tokenize_timeout_s:g} s")
         except (aiohttp.ClientError, ValueError) as exc:
             return self._tokenize_fallback("error", f"{name}: {type(exc).__name__}")

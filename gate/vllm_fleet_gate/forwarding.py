@@ -55,7 +55,7 @@ class Forwarding:
         except asyncio.CancelledError:
             self.metrics.client_disconnects.labels("upstream").inc()
             raise
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return self._timed_out(ex, name)
         except aiohttp.ClientConnectorError as exc:
             # Refused or unreachable: stop sending it work until /health says so.
@@ -88,7 +88,7 @@ class Forwarding:
             self.metrics.client_disconnects.labels("upstream").inc()
             upstream.close()
             raise
-        except asyncio.TimeoutError:
+        except TimeoutError:
             upstream.close()
             return self._timed_out(ex, name)
         except aiohttp.ClientError as exc:
@@ -135,7 +135,7 @@ class Forwarding:
             upstream.close()
             ex.status = CLIENT_CLOSED
             return resp
-        except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             # The engine failed after the 200 went out: end the client's
             # stream abruptly (no terminating chunk), so the client sees a
             # broken response rather than a short, clean one.

@@ -8,8 +8,9 @@ raises BadRequest, with the message and code the client gets.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .admission import BadRequest
 

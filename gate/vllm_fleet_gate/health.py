@@ -46,7 +46,7 @@ class EngineHealth:
                 detail = f"/health answered {resp.status} at {url}"
         except aiohttp.ClientConnectorError as exc:
             ready, health, detail = False, DOWN, f"{connect_reason(exc)} at {url}"
-        except asyncio.TimeoutError:
+        except TimeoutError:
             ready, health = False, UNRESPONSIVE
             detail = f"/health did not answer within {self.config.health_timeout_s:g} s at {url}"
         except (aiohttp.ClientError, OSError) as exc:

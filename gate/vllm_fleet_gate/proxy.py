@@ -126,7 +126,7 @@ class Proxy:
         self._waiters[ticket.id] = fut
         try:
             await asyncio.wait_for(fut, self.config.queue_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         except asyncio.CancelledError:
             if ticket.state != ADMITTED:

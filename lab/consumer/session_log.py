@@ -8,7 +8,7 @@ import json
 import os
 import sys
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 OUTCOMES = ("ok", "fallback", "error")
 ERROR_MAX_CHARS = 200
@@ -21,7 +21,7 @@ def short_error(exc: BaseException) -> str:
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 class JsonlLog:

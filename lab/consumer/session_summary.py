@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from session_log import OUTCOMES
 
@@ -18,7 +18,7 @@ def parse_ts(value: object) -> datetime | None:
         ts = datetime.fromisoformat(value)
     except ValueError:
         return None
-    return ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
+    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
 
 
 def load_records(path: str) -> tuple[list[dict], int]:

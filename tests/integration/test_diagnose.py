@@ -23,7 +23,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -162,7 +162,7 @@ class Sessions:
                 self.errors.append(f"session {i}: {type(exc).__name__}: {exc}")
                 return
 
-    def __enter__(self) -> "Sessions":
+    def __enter__(self) -> Sessions:
         for t in self.threads:
             t.start()
         return self
@@ -221,7 +221,7 @@ def test_a_wedged_engine_with_no_traffic_alerts_fails_readiness_and_verify_and_t
     # Measured from quiet: no alert a restart may cure is still firing from an earlier test.
     wait_for(lambda: not firing_for_cure(), 300, "no fleet_cure alert firing before the wedge")
     lab_sh("fault", "wedge", "lab1")
-    wedged, wedged_at = time.monotonic(), datetime.now(timezone.utc)
+    wedged, wedged_at = time.monotonic(), datetime.now(UTC)
     alerted: list[float] = []
     watching = threading.Event()
 

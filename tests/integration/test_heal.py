@@ -40,7 +40,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -192,7 +192,7 @@ class FaultBack:
                 self._apply()
                 self.rounds += 1
 
-    def start(self) -> "FaultBack":
+    def start(self) -> FaultBack:
         self._apply()
         self._thread.start()
         return self
@@ -218,7 +218,7 @@ def engine_answers() -> bool:
 
 def client_ts(at: str) -> str:
     """A ledger time as the session client's records write theirs (UTC, milliseconds)."""
-    return datetime.fromisoformat(at).astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
+    return datetime.fromisoformat(at).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
 
 
 def evidence_members(entry: dict) -> dict:
@@ -244,7 +244,7 @@ def test_a_slow_prefill_back_after_every_restart_spends_the_budget_and_after_the
 
     # The knob's alert is measured from quiet: no earlier slow-down's window still holds it.
     wait_for(lambda: not firing("VllmPrefillDegraded"), 240, "VllmPrefillDegraded quiet before the knob")
-    since, knob, knob_at, knob_epoch = now_ts(), time.monotonic(), datetime.now(timezone.utc), time.time()
+    since, knob, knob_at, knob_epoch = now_ts(), time.monotonic(), datetime.now(UTC), time.time()
     # As test_restart.py's when-degraded runs did: both hosts at 15 % of a CPU, so that the
     # restart's own passive diagnosis (5 s windows under the client's load) agrees.
     fault = FaultBack("15").start()
@@ -285,7 +285,7 @@ def test_a_slow_prefill_back_after_every_restart_spends_the_budget_and_after_the
         # stops coming back: the alert still fires, Alertmanager asks again, and the loop's restart
         # cures it (proof 1).
         fault.stop_following()
-        reset_at, reset = datetime.now(timezone.utc), time.monotonic()
+        reset_at, reset = datetime.now(UTC), time.monotonic()
         assert play("playbooks/watch-reset.yml",
                     extravars={"reset_engine": "engine_lab", "reason": "proof 3: the fault is found"}).rc == 0
         done, restarted = loop_restart_settled(loop, reset_at)

@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from labtools import (
@@ -45,7 +45,7 @@ def on_host(host: str, cmd: str) -> str:
 
 
 def now_ts() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
 
 
 def summary(since: str) -> dict:

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Typing flag values as vLLM does, and spelling them in messages.
@@ -17,7 +16,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from ansible.module_utils.flags.help import Flag
 from ansible.module_utils.shared.pyrepr import MAX_DEPTH

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """One engine's stall, explained: a verdict with its evidence and what to do.
@@ -49,7 +48,7 @@ class DiagnosisError(ValueError):
     """The inputs are not what the modules return."""
 
 
-def _num(value: t.Any) -> t.Optional[float]:
+def _num(value: t.Any) -> float | None:
     """A finite figure as a float, else None (float() of a huge int raises, %d of inf and nan)."""
     number = finite(value)
     return None if number is None else float(number)
@@ -59,13 +58,13 @@ def _get(d: t.Any, key: str) -> t.Any:
     return d.get(key) if isinstance(d, dict) else None
 
 
-def _max(*values: t.Any) -> t.Optional[float]:
+def _max(*values: t.Any) -> float | None:
     nums = [v for v in (_num(x) for x in values) if v is not None]
     return max(nums) if nums else None
 
 
-def diagnose(probe: t.Mapping, kv: t.Optional[t.Mapping] = None, flags: t.Optional[t.Mapping] = None,
-             context_tokens: t.Optional[int] = None, engine: str = "", inventory_arg: str = INVENTORY_ARG) -> dict:
+def diagnose(probe: t.Mapping, kv: t.Mapping | None = None, flags: t.Mapping | None = None,
+             context_tokens: int | None = None, engine: str = "", inventory_arg: str = INVENTORY_ARG) -> dict:
     """The verdict for one engine: {engine, verdict, summary, evidence, advice}. The advice's
     commands name ``inventory_arg`` (``-i <inventory>``)."""
     if not isinstance(probe, dict) or "verdict" not in probe:
@@ -177,15 +176,15 @@ def _preemption_fix(flags: t.Mapping) -> str:
             "the pool while decoding; fewer concurrent sessions or a larger pool")
 
 
-def _pool_full(pool: t.Optional[float], context: t.Optional[float], usage: t.Optional[float]) -> bool:
+def _pool_full(pool: float | None, context: float | None, usage: float | None) -> bool:
     """Whether one more full-context session does not fit in what is free."""
     if pool is None or context is None or usage is None or pool <= 0:
         return usage is not None and usage >= 0.9
     return (1.0 - usage) * pool < context
 
 
-def _int(x: t.Optional[float]) -> str:
-    return "?" if x is None else "{:,}".format(int(x))
+def _int(x: float | None) -> str:
+    return "?" if x is None else f"{int(x):,}"
 
 
 def _duration(seconds: t.Any) -> str:

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """The gate's admin API as states (module ``vllm_gate``): what a wanted state
 asks of the gate, and what its ``GET /admin/state`` says.
 

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """An upgrade's golden replay: greedy outputs recorded on the old install,
@@ -85,7 +84,7 @@ def record_name(model_path: str) -> str:
     return "%s-%s.json" % (readable, digest)
 
 
-def reference(model: str, model_changes: bool, live: t.Optional[str] = None, kept: t.Optional[str] = None,
+def reference(model: str, model_changes: bool, live: str | None = None, kept: str | None = None,
               live_error: str = "") -> dict:
     """What an upgrade's candidate on ``model`` (its folder) must answer:
     ``{"text": <a golden file's text, or None>, "against": <the report's words>}``.
@@ -136,7 +135,7 @@ def request_body(model: str, prompt: str, max_tokens: int = 16) -> dict:
 
 # --- strict JSON ------------------------------------------------------------------------
 
-def _strict_json(text: t.Union[str, bytes], what: str, limit: int, advice: str) -> t.Any:
+def _strict_json(text: str | bytes, what: str, limit: int, advice: str) -> t.Any:
     """The JSON value ``text`` holds, read as hostile input; GoldenError naming ``what`` otherwise."""
     if not isinstance(text, (str, bytes, bytearray)):
         raise GoldenError("%s must be str or bytes, got %s" % (what, type(text).__name__))
@@ -167,8 +166,8 @@ class Sample:
     """One golden request's prompt and the greedy answer: its token ids, their logprobs, its text."""
 
     prompt: str
-    token_ids: t.Tuple[int, ...]
-    logprobs: t.Tuple[float, ...]
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
     text: str
 
     def __post_init__(self) -> None:
@@ -210,7 +209,7 @@ def _token_id(token: t.Any, i: int) -> int:
     return int(match.group(1))
 
 
-def sample_from_response(prompt: str, text: t.Union[str, bytes]) -> Sample:
+def sample_from_response(prompt: str, text: str | bytes) -> Sample:
     """The sample that vLLM's ``/v1/completions`` answer ``text`` to the golden request for ``prompt`` holds."""
     data = _strict_json(text, "the completion response", MAX_RESPONSE, _SEND_AGAIN)
     choices = data.get("choices") if isinstance(data, dict) else None
@@ -244,7 +243,7 @@ class Golden:
     version: str
     model: str
     recorded_at: str
-    samples: t.Tuple[Sample, ...]
+    samples: tuple[Sample, ...]
 
     def __post_init__(self) -> None:
         for name, limit in (("version", 128), ("model", 1024), ("recorded_at", 64)):
@@ -285,7 +284,7 @@ def _keys(data: dict, wanted: t.AbstractSet[str], what: str) -> None:
         raise GoldenError("%s has unknown keys %s%s" % (what, ", ".join(brief(k) for k in unknown[:5]), more))
 
 
-def golden_from_json(text: t.Union[str, bytes]) -> Golden:
+def golden_from_json(text: str | bytes) -> Golden:
     """The golden set a file holds; GoldenError, saying why, for anything else."""
     data = _strict_json(text, "the golden file", MAX_GOLDEN, _RECORD_AGAIN)
     if not isinstance(data, dict):
@@ -318,15 +317,15 @@ class Comparison:
 
     passed: bool
     equal_tokens: bool
-    max_logprob_delta: t.Optional[float]
-    first_difference: t.Optional[dict]
+    max_logprob_delta: float | None
+    first_difference: dict | None
     reason: str
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
-def _figures(a: float, b: float) -> t.Tuple[str, str]:
+def _figures(a: float, b: float) -> tuple[str, str]:
     """``a`` and ``b`` short, unless that shows two different figures as one."""
     short = ("%.3g" % a, "%.3g" % b)
     return short if short[0] != short[1] or a == b else (repr(a), repr(b))
@@ -345,7 +344,7 @@ def _check_replay(old: t.Any, new_samples: t.Any, tolerance: t.Any) -> None:
                           % (MAX_SAMPLES, brief(new_samples)))
 
 
-def _token_difference(i: int, before: Sample, after: Sample) -> t.Optional[Comparison]:
+def _token_difference(i: int, before: Sample, after: Sample) -> Comparison | None:
     """The first token where ``after`` leaves ``before``, as a failed Comparison; None when none does."""
     for j, (a, b) in enumerate(zip(before.token_ids, after.token_ids)):
         if a != b:

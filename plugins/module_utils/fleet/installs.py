@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Versioned installs side by side: each install's folder name, and which
@@ -66,7 +65,7 @@ def normal_name(name: str) -> str:
     return _SEPARATORS.sub("-", name).lower()
 
 
-def _checked(package: t.Any, version: t.Any) -> t.Tuple[str, str]:
+def _checked(package: t.Any, version: t.Any) -> tuple[str, str]:
     if not isinstance(package, str) or len(package) > MAX_PACKAGE or not PACKAGE.fullmatch(package) \
             or ".." in package:
         raise InstallsError("the package %s is no project name: letters, digits, '-', '_' and '.', starting and"
@@ -79,7 +78,7 @@ def _checked(package: t.Any, version: t.Any) -> t.Tuple[str, str]:
     return normal_name(package), version
 
 
-def normal_pins(requirements: t.Union[str, t.Sequence[str]]) -> t.List[str]:
+def normal_pins(requirements: str | t.Sequence[str]) -> list[str]:
     """The pins of a lock file's text or a list of ``name==version`` lines,
     normalised: continuations joined, comments and blank lines dropped,
     whitespace removed, each name in its PEP 503 form, sorted, each once."""
@@ -103,14 +102,14 @@ def normal_pins(requirements: t.Union[str, t.Sequence[str]]) -> t.List[str]:
     return sorted(pins)
 
 
-def comparable_pins(requirements: t.Union[str, t.Sequence[str]]) -> t.List[str]:
+def comparable_pins(requirements: str | t.Sequence[str]) -> list[str]:
     """``normal_pins`` in lower case, versions too: the form ``pip_list_pins``
     gives a venv's contents in (pip lists versions in lower case), so that a
     wanted pin is in a venv exactly when this list holds it."""
     return sorted({pin.lower() for pin in normal_pins(requirements)})
 
 
-def pip_list_pins(pip_list: t.Any) -> t.List[str]:
+def pip_list_pins(pip_list: t.Any) -> list[str]:
     """What a venv holds, as ``comparable_pins``: from the text of ``pip list
     --format=json`` ('' or None: an empty or missing venv)."""
     if pip_list is None or (isinstance(pip_list, str) and not pip_list.strip()):
@@ -129,7 +128,7 @@ def pip_list_pins(pip_list: t.Any) -> t.List[str]:
     return comparable_pins(["%s==%s" % (d["name"], d["version"]) for d in listed])
 
 
-def install_id(package: str, version: str, requirements: t.Union[str, t.Sequence[str]]) -> str:
+def install_id(package: str, version: str, requirements: str | t.Sequence[str]) -> str:
     """The folder name of one install: ``<package>-<version>-<10 hex of sha256>``."""
     name, version = _checked(package, version)
     pins = normal_pins(requirements)
@@ -144,12 +143,12 @@ def _valid_id(value: t.Any, what: str) -> str:
     return value
 
 
-def _listing(installs: t.Any) -> t.Dict[str, dict]:
+def _listing(installs: t.Any) -> dict[str, dict]:
     """``installs`` by id, each checked: what the installs folder holds."""
     if not isinstance(installs, (list, tuple)) or len(installs) > MAX_INSTALLS:
         raise InstallsError("installs must be a list of {id, bytes, mtime} objects (the installs folder's"
                             " entries), got %s" % brief(installs))
-    by_id: t.Dict[str, dict] = {}
+    by_id: dict[str, dict] = {}
     for i, item in enumerate(installs):
         if not isinstance(item, dict) or not {"id", "bytes", "mtime"} <= set(item):
             raise InstallsError("installs[%d] must be an object with id, bytes and mtime, got %s" % (i, brief(item)))
@@ -169,7 +168,7 @@ def _listing(installs: t.Any) -> t.Dict[str, dict]:
     return by_id
 
 
-def prune_plan(installs: t.Sequence[dict], current: str, candidate: t.Optional[str] = None,
+def prune_plan(installs: t.Sequence[dict], current: str, candidate: str | None = None,
                keep: int = 2) -> dict:
     """Which install folders stay and which go.
 
@@ -204,7 +203,7 @@ def prune_plan(installs: t.Sequence[dict], current: str, candidate: t.Optional[s
             "bytes_freed": sum(by_id[k]["bytes"] for k in removed), "reason": reason}
 
 
-def install_step(stable: str, wanted_id: str, link: t.Any, serving: bool, legacy_id: t.Optional[str] = None,
+def install_step(stable: str, wanted_id: str, link: t.Any, serving: bool, legacy_id: str | None = None,
                  legacy_matches: bool = False, restart_serving: bool = False) -> dict:
     """What provisioning does with the stable path the engine's units run from.
 
@@ -279,7 +278,7 @@ def running_model(exec_start: t.Any) -> str:
 MAX_DU = 1 << 20
 
 
-def prune_installs(found: t.Any, du_text: t.Any, current: str, before: t.Optional[str] = None,
+def prune_installs(found: t.Any, du_text: t.Any, current: str, before: str | None = None,
                    keep: int = 2) -> dict:
     """``prune_plan`` over what the host's installs folder holds.
 

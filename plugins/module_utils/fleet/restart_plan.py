@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The rolling restart, decided before any host changes.
@@ -75,11 +74,11 @@ def _positive(name: str, value: t.Any) -> float:
     return float(number)
 
 
-def _optional_limit(name: str, value: t.Any) -> t.Optional[float]:
+def _optional_limit(name: str, value: t.Any) -> float | None:
     return None if value is None else _positive(name, value)
 
 
-def _engines(engines: t.Any) -> t.List[dict]:
+def _engines(engines: t.Any) -> list[dict]:
     if not isinstance(engines, list) or not engines:
         raise PlanError("engines must be the non-empty list of engine records (vllm_fleet_engines)")
     for e in engines:
@@ -96,7 +95,7 @@ def _verdict(verdicts: t.Mapping, name: str) -> dict:
     return v
 
 
-def _why_restart(policy: str, verdict: str, summary: str, inventory_arg: str = "") -> t.Tuple[bool, str]:
+def _why_restart(policy: str, verdict: str, summary: str, inventory_arg: str = "") -> tuple[bool, str]:
     if policy == "always":
         return True, "restart_policy=always (diagnosed %s)" % verdict
     if verdict in CURED:
@@ -109,7 +108,7 @@ def _why_restart(policy: str, verdict: str, summary: str, inventory_arg: str = "
 
 def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accept_outage: t.Any = False,
          mode: t.Any = "direct", consumer_url: t.Any = "", fallback_url: t.Any = "",
-         gate: t.Optional[t.Mapping] = None, expected_restart_s: t.Any = 120, hold_margin_s: t.Any = 30,
+         gate: t.Mapping | None = None, expected_restart_s: t.Any = 120, hold_margin_s: t.Any = 30,
          consumers_at: t.Any = None, only: t.Any = None, inventory_arg: t.Any = "",
          changes: t.Any = None, budgets: t.Any = None) -> dict:
     """The restart plan: {policy, mode, engines, hosts, batches, consumers_engine, back, undrain, left, refused,
@@ -182,8 +181,8 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
     others_first = [r for r in todo if not is_consumers_engine(r)]
     order = ([r for r in others_first if not r["serving"]] + [r for r in others_first if r["serving"]]
              + [r for r in todo if is_consumers_engine(r)])
-    refused: t.List[str] = []
-    restarted: t.List[str] = []
+    refused: list[str] = []
+    restarted: list[str] = []
     for r in order:
         others = [o for o in rows if o["name"] != r["name"] and (o["serving"] or o["name"] in restarted)]
         r["drain"] = _drain(r, others, mode, consumer_url, is_consumers_engine(r), fallback_url, limits, expected,
@@ -204,7 +203,7 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
     }
 
 
-def _budgets(rows: t.List[dict], budgets: t.Any) -> t.Tuple[t.List[dict], t.List[str]]:
+def _budgets(rows: list[dict], budgets: t.Any) -> tuple[list[dict], list[str]]:
     """Hold back the engines whose restart budget refuses; the overrides' warnings."""
     if budgets is None:
         return [], []
@@ -226,8 +225,8 @@ def _budgets(rows: t.List[dict], budgets: t.Any) -> t.Tuple[t.List[dict], t.List
     return held, warnings
 
 
-def _rows(records: t.List[dict], verdicts: t.Mapping, policy: str, named: t.List[str],
-          inventory_arg: t.Any) -> t.List[dict]:
+def _rows(records: list[dict], verdicts: t.Mapping, policy: str, named: list[str],
+          inventory_arg: t.Any) -> list[dict]:
     """One row per engine, in inventory order: its verdict, and whether it restarts and why
     (an engine ``named`` leaves out is skipped, whatever it reads)."""
     rows = []
@@ -243,7 +242,7 @@ def _rows(records: t.List[dict], verdicts: t.Mapping, policy: str, named: t.List
     return rows
 
 
-def _upgrade_rows(rows: t.List[dict], changes: t.Any) -> None:
+def _upgrade_rows(rows: list[dict], changes: t.Any) -> None:
     """An upgrade restarts the engines whose switch changes something (see plan())."""
     if not isinstance(changes, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                 for k, v in changes.items()):
@@ -294,8 +293,8 @@ def prefill_check(before: t.Any, after: t.Any, limit: t.Any) -> dict:
             "message": text + ("" if ok else ", past the %.2fx limit (vllm_restart_prefill_limit)" % lim)}
 
 
-def _left_behind(rows: t.List[dict], mode: str, consumer_url: str, consumers_at: t.Any, drained: t.Any,
-                 is_consumers_engine: t.Callable[[dict], bool]) -> t.Tuple[bool, t.List[str], t.List[str]]:
+def _left_behind(rows: list[dict], mode: str, consumer_url: str, consumers_at: t.Any, drained: t.Any,
+                 is_consumers_engine: t.Callable[[dict], bool]) -> tuple[bool, list[str], list[str]]:
     """(back, undrain, left): see plan()."""
     for name, value in (("consumers_at", consumers_at), ("the gate's drained engines", drained)):
         if value is not None and (not isinstance(value, list) or not all(isinstance(x, str) for x in value)):
@@ -329,7 +328,7 @@ def _left_behind(rows: t.List[dict], mode: str, consumer_url: str, consumers_at:
     return back, undrain, left
 
 
-def _only(only: t.Any, names: t.List[str]) -> t.List[str]:
+def _only(only: t.Any, names: list[str]) -> list[str]:
     """restart_engines as a list of engine names (a comma-separated string from -e too)."""
     if only is None or only == "" or only == []:
         return []
@@ -358,8 +357,8 @@ def _same_url(a: str, b: str) -> bool:
     return a.rstrip("/") == b.rstrip("/")
 
 
-def _drain(r: dict, others: t.List[dict], mode: str, consumer_url: str, is_fed: bool, fallback_url: str,
-           limits: t.List[float], expected: float, margin: float, accept: bool, refused: t.List[str],
+def _drain(r: dict, others: list[dict], mode: str, consumer_url: str, is_fed: bool, fallback_url: str,
+           limits: list[float], expected: float, margin: float, accept: bool, refused: list[str],
            accept_with: str) -> dict:
     name = r["name"]
     if mode == "gate":

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Scheduling the rolling restart: AWX schedule rules and the cron entry (pure).
@@ -48,7 +47,7 @@ class ScheduleError(ValueError):
     """A schedule the toolkit refuses; the message says what to write instead."""
 
 
-def rrule_problems(text: t.Any) -> t.List[str]:
+def rrule_problems(text: t.Any) -> list[str]:
     """What AWX would refuse in ``text`` (empty when it would save it)."""
     if not isinstance(text, str) or not text.strip():
         return ["the rrule must be a non-empty string such as "
@@ -78,9 +77,9 @@ def rrule_problems(text: t.Any) -> t.List[str]:
     return problems
 
 
-def _rule_problems(rule: str) -> t.List[str]:
+def _rule_problems(rule: str) -> list[str]:
     kind, _, body = rule.partition(":")
-    parts: t.Dict[str, str] = {}
+    parts: dict[str, str] = {}
     problems = []
     for part in body.split(";"):
         if not _PART.match(part):
@@ -119,7 +118,7 @@ def cron_escape(command: str) -> str:
 
 
 def runner_argv(venv: str, private_dir: str, project_dir: str, inventory: str, playbook: str,
-                lock: str, rotate: int = 30) -> t.List[str]:
+                lock: str, rotate: int = 30) -> list[str]:
     """The ansible-runner command of one scheduled run, as argv for ``sh -c``'s caller.
 
     The ident is the run's UTC time, expanded by the shell when cron runs it.

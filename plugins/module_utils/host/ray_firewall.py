@@ -29,7 +29,7 @@ class FirewallError(ValueError):
     """The firewall's input is not usable; the message says which part."""
 
 
-def ephemeral_range(text: t.Any) -> t.Tuple[int, int]:
+def ephemeral_range(text: t.Any) -> tuple[int, int]:
     """The kernel's ephemeral port range from ``ip_local_port_range``'s text."""
     if not isinstance(text, str) or len(text) > 64:
         raise FirewallError("ip_local_port_range must be two port numbers, got %r" % (str(text)[:64],))
@@ -51,8 +51,8 @@ def _port(name: str, value: t.Any) -> int:
     return int(text)
 
 
-def _merge(spans: t.List[t.Tuple[int, int]]) -> t.List[t.Tuple[int, int]]:
-    out: t.List[t.Tuple[int, int]] = []
+def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
     for low, high in sorted(spans):
         if out and low <= out[-1][1] + 1:
             out[-1] = (out[-1][0], max(out[-1][1], high))
@@ -61,7 +61,7 @@ def _merge(spans: t.List[t.Tuple[int, int]]) -> t.List[t.Tuple[int, int]]:
     return out
 
 
-def _subtract(spans: t.List[t.Tuple[int, int]], holes: t.List[int]) -> t.List[t.Tuple[int, int]]:
+def _subtract(spans: list[tuple[int, int]], holes: list[int]) -> list[tuple[int, int]]:
     for hole in sorted(set(holes)):
         cut = []
         for low, high in spans:

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Why the latest boot has no capacity line: :func:`gather_hints` collects
@@ -39,13 +38,13 @@ _HINTS_KEPT = 3
 class MissingPoolHints:
     """Hints from the latest boot that explain a missing capacity line."""
 
-    failed: t.List[str] = dataclasses.field(default_factory=list)
-    root_cause: t.Optional[str] = None
-    worker_node: t.List[str] = dataclasses.field(default_factory=list)
-    ray_only: t.List[str] = dataclasses.field(default_factory=list)
-    pending: t.List[str] = dataclasses.field(default_factory=list)
+    failed: list[str] = dataclasses.field(default_factory=list)
+    root_cause: str | None = None
+    worker_node: list[str] = dataclasses.field(default_factory=list)
+    ray_only: list[str] = dataclasses.field(default_factory=list)
+    pending: list[str] = dataclasses.field(default_factory=list)
     head_lines: bool = False
-    tp_ranks: t.Set[int] = dataclasses.field(default_factory=set)
+    tp_ranks: set[int] = dataclasses.field(default_factory=set)
     ray_worker_lines: bool = False
 
     @property

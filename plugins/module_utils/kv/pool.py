@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """What the latest boot says about the KV cache pool: :class:`KvCacheReport`,
@@ -9,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import typing as t
 
 # The report keeps the last EVIDENCE_MAX matched lines of the latest boot,
 # each cut to EVIDENCE_LINE_MAX characters.
@@ -21,13 +19,13 @@ EVIDENCE_LINE_MAX = 400
 class PoolFigures:
     """A KV cache pool's figures as vLLM prints them; None where no line gave one."""
 
-    kv_cache_tokens: t.Optional[int] = None
-    max_concurrency: t.Optional[float] = None
-    concurrency_tokens: t.Optional[int] = None
-    device: t.Optional[str] = None
-    gpu_blocks: t.Optional[int] = None
-    cpu_blocks: t.Optional[int] = None
-    available_kv_cache_memory_gib: t.Optional[float] = None
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    concurrency_tokens: int | None = None
+    device: str | None = None
+    gpu_blocks: int | None = None
+    cpu_blocks: int | None = None
+    available_kv_cache_memory_gib: float | None = None
 
     def figures(self) -> dict:
         """The figures alone, in the order the module returns them."""
@@ -51,9 +49,9 @@ class KvCacheReport(PoolFigures):
     """What the latest boot in the source says about the KV cache pool."""
 
     found: bool = False
-    per_engine: t.List[EngineKv] = dataclasses.field(default_factory=list)
-    vllm_version: t.Optional[str] = None
-    evidence: t.List[str] = dataclasses.field(default_factory=list)
+    per_engine: list[EngineKv] = dataclasses.field(default_factory=list)
+    vllm_version: str | None = None
+    evidence: list[str] = dataclasses.field(default_factory=list)
     boots: int = 0
     boot_offset: int = 0
     bytes_read: int = 0
@@ -62,7 +60,7 @@ class KvCacheReport(PoolFigures):
     def engines(self) -> int:
         return len(self.per_engine)
 
-    def full_context_sessions(self, context_tokens: t.Optional[int] = None) -> t.Optional[int]:
+    def full_context_sessions(self, context_tokens: int | None = None) -> int | None:
         """Whole sessions of ``context_tokens`` (default: vLLM's max_model_len) that fit.
 
         With ``context_tokens``: floor(pool / context). The V0 block lines give
@@ -80,7 +78,7 @@ class KvCacheReport(PoolFigures):
             return int(math.floor(self.max_concurrency))
         return None
 
-    def as_result(self, context_tokens: t.Optional[int] = None) -> dict:
+    def as_result(self, context_tokens: int | None = None) -> dict:
         """The module's return keys."""
         return {
             "found": self.found,

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Read vLLM startup output and report the engine's KV cache pool (:func:`scan_chunks`).
@@ -107,7 +106,7 @@ _SOURCE_BYTES = re.compile(rb"\.py:[0-9]{1,9}\] ")
 
 # (anchor byte, check matched at the anchor's position). Lookbehinds cover
 # the part of a needle before its anchor.
-_ANCHORS: t.Tuple[t.Tuple[bytes, "t.Pattern[bytes]"], ...] = (
+_ANCHORS: tuple[tuple[bytes, t.Pattern[bytes]], ...] = (
     (b"V", re.compile(rb"(?<=K)V cache (?:size|memory|on node)")),
     (b"M", re.compile(rb"Maximum concurrency for |(?<=LL)M")),
     (b"#", re.compile(rb"# ")),
@@ -135,26 +134,26 @@ def _min(old, new):
     return new if old is None or (new is not None and new < old) else old
 
 
-class _Boot(object):
+class _Boot:
     """State of one boot (one start of vLLM) while scanning."""
 
     def __init__(self, offset: int) -> None:
         self.offset = offset
-        self.engines: "collections.OrderedDict[str, EngineKv]" = collections.OrderedDict()
-        self.once_seen: t.Set[t.Tuple[str, str]] = set()
-        self.marker_kinds: t.Set[str] = set()
-        self.engine_inits: t.Set[str] = set()
-        self.version: t.Optional[str] = None
-        self.mem: t.Dict[str, float] = {}
-        self.evidence: t.Deque[str] = collections.deque(maxlen=EVIDENCE_MAX)
-        self.last_capacity_ts: t.Optional[int] = None
+        self.engines: collections.OrderedDict[str, EngineKv] = collections.OrderedDict()
+        self.once_seen: set[tuple[str, str]] = set()
+        self.marker_kinds: set[str] = set()
+        self.engine_inits: set[str] = set()
+        self.version: str | None = None
+        self.mem: dict[str, float] = {}
+        self.evidence: collections.deque[str] = collections.deque(maxlen=EVIDENCE_MAX)
+        self.last_capacity_ts: int | None = None
 
     @property
     def has_capacity(self) -> bool:
         return bool(self.engines)
 
 
-class KvCacheScanner(object):
+class KvCacheScanner:
     """Streaming scanner: ``feed()`` bytes in any chunking, then ``close()``."""
 
     def __init__(self, source: str = "input") -> None:
@@ -311,8 +310,8 @@ class KvCacheScanner(object):
         self._boot = _Boot(offset)
         self._boots += 1
 
-    def _marker(self, kind: str, label: str, ts: t.Optional[int],
-                version: t.Optional[str], offset: int) -> None:
+    def _marker(self, kind: str, label: str, ts: int | None,
+                version: str | None, offset: int) -> None:
         boot = self._boot
         if kind in ("banner", "args"):
             # One boot prints banner, then args, then engine init(s).
@@ -333,11 +332,11 @@ class KvCacheScanner(object):
         if version:
             boot.version = version
 
-    def _capacity(self, line: LogLine, label: str, kv_cache_tokens: t.Optional[int] = None,
-                  device: t.Optional[str] = None,
-                  concurrency: t.Optional[t.Tuple[float, int]] = None,
-                  gpu_blocks: t.Optional[int] = None,
-                  cpu_blocks: t.Optional[int] = None) -> None:
+    def _capacity(self, line: LogLine, label: str, kv_cache_tokens: int | None = None,
+                  device: str | None = None,
+                  concurrency: tuple[float, int] | None = None,
+                  gpu_blocks: int | None = None,
+                  cpu_blocks: int | None = None) -> None:
         boot = self._boot
         eng = boot.engines.get(label)
         if eng is None:
@@ -387,7 +386,7 @@ class KvCacheScanner(object):
         return report
 
 
-def _limiting_engine(engines: t.List[EngineKv]) -> EngineKv:
+def _limiting_engine(engines: list[EngineKv]) -> EngineKv:
     """The engine with the smallest pool: each request lands on one engine, so
     the smallest one bounds what a request can count on."""
     for key in ("kv_cache_tokens", "gpu_blocks", "cpu_blocks", "max_concurrency"):

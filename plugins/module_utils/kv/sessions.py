@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """``vllm_kv_cache_info``'s policy on full-context sessions: the ranges of its
@@ -11,14 +10,13 @@ whose message says what mismatched and what to do.
 from __future__ import annotations
 
 import math
-import typing as t
 
 from ansible.module_utils.kv.errors import NotEnoughSessionsError, OptionError
 from ansible.module_utils.kv.pool import KvCacheReport
 from ansible.module_utils.shared.numeric import shown
 
 
-def check_options(context_tokens: t.Optional[int], min_sessions: t.Optional[int]) -> None:
+def check_options(context_tokens: int | None, min_sessions: int | None) -> None:
     """Raise OptionError for the first of the options that is given and not positive."""
     for name, value in (("context_tokens", context_tokens), ("min_sessions", min_sessions)):
         if value is not None and value < 1:
@@ -26,7 +24,7 @@ def check_options(context_tokens: t.Optional[int], min_sessions: t.Optional[int]
             raise OptionError("%s must be a positive integer, got %s." % (name, shown(value)))
 
 
-def figures_disagree(report: KvCacheReport, context_tokens: t.Optional[int]) -> t.Optional[str]:
+def figures_disagree(report: KvCacheReport, context_tokens: int | None) -> str | None:
     """A warning when vLLM's token figure and its concurrency ratio, printed for
     ``context_tokens``, give different session counts (hybrid models before
     v0.20.1); None when they agree or one is missing."""
@@ -40,8 +38,8 @@ def figures_disagree(report: KvCacheReport, context_tokens: t.Optional[int]) -> 
     return None
 
 
-def check_sessions(report: KvCacheReport, context_tokens: t.Optional[int],
-                   min_sessions: t.Optional[int]) -> None:
+def check_sessions(report: KvCacheReport, context_tokens: int | None,
+                   min_sessions: int | None) -> None:
     """Raise NotEnoughSessionsError when fewer than ``min_sessions`` fit."""
     if not min_sessions or not report.found:
         return
@@ -59,11 +57,11 @@ def check_sessions(report: KvCacheReport, context_tokens: t.Optional[int],
         return
     if context_tokens and report.kv_cache_tokens is not None:
         basis = "a KV cache pool of %s tokens / %s-token context = %.2fx" % (
-            "{:,}".format(report.kv_cache_tokens), "{:,}".format(context_tokens),
+            f"{report.kv_cache_tokens:,}", f"{context_tokens:,}",
             report.kv_cache_tokens / context_tokens)
     else:
         basis = "vLLM's 'Maximum concurrency for %s tokens per request: %.2fx'" % (
-            "{:,}".format(report.concurrency_tokens or 0), report.max_concurrency or 0.0)
+            f"{report.concurrency_tokens or 0:,}", report.max_concurrency or 0.0)
     if sessions == 0:
         fit = "Not one full-context session fits"
     else:

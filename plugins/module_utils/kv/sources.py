@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Where ``vllm_kv_cache_info`` reads vLLM's output from, as byte chunks: a
@@ -66,7 +65,7 @@ def file_chunks(path: str, offset: int = 0, chunk_size: int = CHUNK_SIZE) -> t.I
             raise SourceError("cannot read %s: %s." % (path, e.strerror or e)) from None
 
 
-def unit_invocation(unit: str, props: t.Dict[str, str]) -> str:
+def unit_invocation(unit: str, props: dict[str, str]) -> str:
     """The unit's current InvocationID, or UnitNotFoundError/SourceError."""
     if props.get("LoadState") == "not-found":
         raise UnitNotFoundError(

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """vLLM's log lines taken apart: who logged a line, and where its message starts.
@@ -73,8 +72,8 @@ class LogLine(t.NamedTuple):
     """One log line taken apart (ANSI already stripped)."""
 
     lead: str  # what stands before vLLM's prefix (outer prefixes, process labels), or before the message
-    source: t.Optional[str]  # the file in vLLM's prefix ("kv_cache_utils.py"); None without one
-    stamp: t.Optional[int]  # seconds into the year of the prefix's "MM-DD HH:MM:SS"; None when elided
+    source: str | None  # the file in vLLM's prefix ("kv_cache_utils.py"); None without one
+    stamp: int | None  # seconds into the year of the prefix's "MM-DD HH:MM:SS"; None when elided
     message: str
     text: str  # the whole line
 
@@ -85,7 +84,7 @@ _PREFIX_END = re.compile(r"\.py:[0-9]{1,9}\] ")
 _PREFIX_MAX = 2000  # longer than any prefix _PREFIX matches
 
 
-def _first_prefix(text: str) -> t.Optional["re.Match[str]"]:
+def _first_prefix(text: str) -> re.Match[str] | None:
     """The first vLLM prefix in ``text``. Its path holds no ".py:N] ", so it
     starts after the previous end, if any."""
     after = 0
@@ -147,7 +146,7 @@ def unglue(text: str) -> t.Iterator[str]:
     yield text[start:]
 
 
-class LogLines(object):
+class LogLines:
     """Splits the lines of one log in order.
 
     A log written by vLLM's formatter has its prefix on every line vLLM logs,
@@ -159,7 +158,7 @@ class LogLines(object):
     def __init__(self) -> None:
         self.formatted = False
 
-    def read(self, text: str) -> t.Optional[LogLine]:
+    def read(self, text: str) -> LogLine | None:
         line = split_line(text)
         if line.source is not None:
             self.formatted = True
@@ -182,7 +181,7 @@ FROM_SERVER = re.compile(r"api_server\.py|api_utils\.py|startup\.py|utils\.py|cl
 FROM_ENGINE = re.compile(r"core\.py|llm_engine\.py", re.ASCII)
 
 
-def logged_by(line: LogLine, files: "t.Pattern[str]") -> bool:
+def logged_by(line: LogLine, files: t.Pattern[str]) -> bool:
     """``line`` comes from one of ``files``, or has no vLLM prefix to tell."""
     return line.source is None or files.fullmatch(line.source) is not None
 
@@ -205,7 +204,7 @@ _LOGO = re.compile(r"(?P<art>[\s\u2580-\u259f]*)version\s+" + _VERSION + r"\s*$"
 _BLOCK_ELEMENT = re.compile(r"[\u2580-\u259f]")
 
 
-def boot_marker(line: LogLine) -> t.Optional[t.Tuple[str, t.Optional[str]]]:
+def boot_marker(line: LogLine) -> tuple[str, str | None] | None:
     """``(kind, version)`` when ``line`` is one of the lines that open a boot
     (kind ``banner``, ``args``, ``engine`` or ``headless``), else None."""
     message = line.message

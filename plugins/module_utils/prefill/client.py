@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Measure an engine's prefill over HTTP: the probe's one network part.
@@ -22,7 +21,6 @@ import dataclasses
 import http.client
 import json
 import secrets
-import socket
 import time
 import typing as t
 from urllib.parse import urlsplit
@@ -71,7 +69,7 @@ class Sample:
 class EngineClient:
     """One kept-alive HTTP connection to a vLLM API server."""
 
-    def __init__(self, url: str, timeout: float = 20.0, api_key: t.Optional[str] = None,
+    def __init__(self, url: str, timeout: float = 20.0, api_key: str | None = None,
                  clock: t.Callable[[], float] = time.monotonic) -> None:
         try:
             parts = urlsplit(url)
@@ -89,21 +87,21 @@ class EngineClient:
         self.timeout = timeout
         self.api_key = api_key
         self.clock = clock
-        self._conn: t.Optional[http.client.HTTPConnection] = None
+        self._conn: http.client.HTTPConnection | None = None
 
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
 
-    def __enter__(self) -> "EngineClient":
+    def __enter__(self) -> EngineClient:
         return self
 
     def __exit__(self, *exc: t.Any) -> None:
         self.close()
 
-    def request(self, method: str, path: str, body: t.Optional[dict] = None,
-                timeout: t.Optional[float] = None) -> t.Tuple[int, bytes]:
+    def request(self, method: str, path: str, body: dict | None = None,
+                timeout: float | None = None) -> tuple[int, bytes]:
         """Send one request on the kept-alive connection; reconnect once if the server closed it."""
         headers = {"Connection": "keep-alive"}
         data = None
@@ -123,7 +121,7 @@ class EngineClient:
                 self._conn.request(method, self.prefix + path, body=data, headers=headers)
                 response = self._conn.getresponse()
                 payload = response.read(MAX_BODY + 1)
-            except (socket.timeout, TimeoutError):
+            except TimeoutError:
                 self.close()
                 raise EngineTimeout("%s %s got no answer in %g s" % (method, path, limit)) from None
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
@@ -149,8 +147,8 @@ class EngineClient:
             return response.status, payload
         raise AssertionError("unreachable")
 
-    def json(self, method: str, path: str, body: t.Optional[dict] = None,
-             timeout: t.Optional[float] = None) -> t.Any:
+    def json(self, method: str, path: str, body: dict | None = None,
+             timeout: float | None = None) -> t.Any:
         status, payload = self.request(method, path, body, timeout)
         if status != 200:
             raise PrefillError("%s %s answered HTTP %d: %s" % (
@@ -187,12 +185,12 @@ class EngineClient:
             raise PrefillError("POST /tokenize did not answer a token count: is this vLLM?")
         return count
 
-    def build_prompt(self, model: str, tokens: int, max_rounds: int = 8) -> t.Tuple[str, int]:
+    def build_prompt(self, model: str, tokens: int, max_rounds: int = 8) -> tuple[str, int]:
         """A prompt the engine counts as ``tokens`` tokens (or the nearest below), and its count."""
         if tokens < 16:
             raise PrefillError("prompt_tokens %d is too short to time a prefill; use at least 16" % tokens)
         words = max(1, tokens)
-        best: t.Optional[t.Tuple[int, int]] = None
+        best: tuple[int, int] | None = None
         for _ in range(max_rounds):
             count = self.count_tokens(model, _text(words))
             if count <= tokens and (best is None or count > best[1]):
@@ -219,8 +217,8 @@ class EngineClient:
                 return after
             time.sleep(METRICS_POLL_S)
 
-    def sample(self, model: str, prompt: str, timeout: t.Optional[float] = None
-               ) -> t.Tuple[Sample, MetricsSnapshot, MetricsSnapshot]:
+    def sample(self, model: str, prompt: str, timeout: float | None = None
+               ) -> tuple[Sample, MetricsSnapshot, MetricsSnapshot]:
         """One probe request: (sample, scrape before, scrape after)."""
         before = self.metrics()
         started = self.clock()

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Decide whether an engine's prefill got slower than its own baseline.
@@ -88,14 +87,14 @@ class Baseline:
     model: str
     prompt_tokens: int
     recorded_at: str
-    groups: t.Tuple[t.Tuple[float, ...], ...]
+    groups: tuple[tuple[float, ...], ...]
     unit: str = "seconds_per_token"
 
     def __post_init__(self) -> None:
         _check_baseline(self)
 
 
-def check_samples(samples: t.Any, what: str, size: t.Optional[int] = GROUP_SIZE) -> t.Tuple[float, ...]:
+def check_samples(samples: t.Any, what: str, size: int | None = GROUP_SIZE) -> tuple[float, ...]:
     """``samples`` (``size`` of them, any count when None) as floats, or PrefillError naming ``what``."""
     if not isinstance(samples, (list, tuple)):
         raise PrefillError("%s must be a list of numbers, got %s" % (what, type(samples).__name__))
@@ -146,7 +145,7 @@ def baseline_to_json(baseline: Baseline) -> str:
     return json.dumps(data, sort_keys=True, indent=1) + "\n"
 
 
-def baseline_from_json(text: t.Union[str, bytes]) -> Baseline:
+def baseline_from_json(text: str | bytes) -> Baseline:
     """The baseline a file holds; PrefillError, saying why, for anything else."""
     if isinstance(text, (bytes, bytearray)):
         text = bytes(text).decode("utf-8", errors="replace")
@@ -182,11 +181,11 @@ class _DuplicateKey(Exception):
     pass
 
 
-def _no_duplicate_keys(pairs: t.List[t.Tuple[str, t.Any]]) -> dict:
+def _no_duplicate_keys(pairs: list[tuple[str, t.Any]]) -> dict:
     # json.loads keeps the last of two equal keys: a hand-edited file is ambiguous.
     data = dict(pairs)
     if len(data) != len(pairs):
-        seen: t.Set[str] = set()
+        seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
                 raise _DuplicateKey("'%s'" % quoted(key, 40))
@@ -199,7 +198,7 @@ def _norm_version(v: str) -> str:
     return v[1:] if v[:1] in ("v", "V") else v
 
 
-def comparable(baseline: Baseline, version: str, model: str, prompt_tokens: int) -> t.Tuple[bool, str]:
+def comparable(baseline: Baseline, version: str, model: str, prompt_tokens: int) -> tuple[bool, str]:
     """Whether probes taken with these settings may be compared with ``baseline``."""
     if _norm_version(str(version)) != _norm_version(baseline.vllm_version):
         return False, "baseline was recorded on vLLM %s, the engine runs %s: record a new baseline" % (
@@ -288,21 +287,21 @@ def threshold(baseline: Baseline, margin: float = MARGIN, floor: float = FLOOR,
 @dataclasses.dataclass(frozen=True)
 class Verdict:
     verdict: str
-    ratio: t.Optional[float]
-    threshold: t.Optional[float]
+    ratio: float | None
+    threshold: float | None
     reason: str
     samples_used: int
     needs_more: bool = False
-    spread: t.Optional[float] = None
+    spread: float | None = None
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
-def decide(baseline: t.Optional[Baseline], first_two: t.Sequence[float] = (),
-           more: t.Optional[t.Sequence[float]] = None, busy: bool = False, down: bool = False,
-           version: t.Optional[str] = None, model: t.Optional[str] = None,
-           prompt_tokens: t.Optional[int] = None, limit: t.Optional[Threshold] = None) -> Verdict:
+def decide(baseline: Baseline | None, first_two: t.Sequence[float] = (),
+           more: t.Sequence[float] | None = None, busy: bool = False, down: bool = False,
+           version: str | None = None, model: str | None = None,
+           prompt_tokens: int | None = None, limit: Threshold | None = None) -> Verdict:
     """One verdict from at most 4 probes.
 
     With only ``first_two``: healthy when both are below the threshold,

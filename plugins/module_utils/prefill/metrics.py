@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Read vLLM's ``/metrics`` text, and the passive reading between two scrapes.
@@ -84,23 +83,23 @@ class MetricsSnapshot:
     ``notes`` says which and why.
     """
 
-    prefill_time_sum: t.Optional[float] = None
-    prefill_time_count: t.Optional[float] = None
-    prefill_tokens_sum: t.Optional[float] = None
-    prefill_tokens_count: t.Optional[float] = None
-    kv_cache_usage: t.Optional[float] = None
-    running: t.Optional[float] = None
-    waiting: t.Optional[float] = None
-    preemptions: t.Optional[float] = None
-    prompt_tokens: t.Optional[float] = None
-    generation_tokens: t.Optional[float] = None
-    waiting_capacity: t.Optional[float] = None
-    engines: t.Tuple[str, ...] = ()
-    models: t.Tuple[str, ...] = ()
-    notes: t.Tuple[str, ...] = ()
+    prefill_time_sum: float | None = None
+    prefill_time_count: float | None = None
+    prefill_tokens_sum: float | None = None
+    prefill_tokens_count: float | None = None
+    kv_cache_usage: float | None = None
+    running: float | None = None
+    waiting: float | None = None
+    preemptions: float | None = None
+    prompt_tokens: float | None = None
+    generation_tokens: float | None = None
+    waiting_capacity: float | None = None
+    engines: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
     @property
-    def busy(self) -> t.Optional[bool]:
+    def busy(self) -> bool | None:
         """True when requests run or wait; None when either gauge is missing."""
         if self.running is None or self.waiting is None:
             return None
@@ -113,7 +112,7 @@ class MetricsSnapshot:
         return data
 
 
-def parse_metrics(text: t.Union[str, bytes], engine: t.Optional[str] = None) -> MetricsSnapshot:
+def parse_metrics(text: str | bytes, engine: str | None = None) -> MetricsSnapshot:
     """Read a vLLM ``/metrics`` text.
 
     Every label set (vLLM 0.32 labels by ``engine`` and ``model_name``) is
@@ -124,12 +123,12 @@ def parse_metrics(text: t.Union[str, bytes], engine: t.Optional[str] = None) -> 
     fails the whole text: PrefillError is the only exception raised.
     """
     text = _checked_text(text, engine)
-    values: t.Dict[str, t.List[float]] = {}
-    seen: t.Set[t.Tuple[str, t.Tuple[t.Tuple[str, str], ...]]] = set()
-    engines: t.List[str] = []
-    models: t.List[str] = []
-    notes: t.List[str] = []
-    capacity: t.List[float] = []
+    values: dict[str, list[float]] = {}
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    engines: list[str] = []
+    models: list[str] = []
+    notes: list[str] = []
+    capacity: list[float] = []
     first = _FIRST_RE.match(text)
     for match in itertools.chain([first] if first else [], _READ_RE.finditer(text)):
         name, value_text = match.group("name"), match.group("value")
@@ -164,7 +163,7 @@ def parse_metrics(text: t.Union[str, bytes], engine: t.Optional[str] = None) -> 
                            waiting_capacity=waiting_capacity, **result)
 
 
-def _checked_text(text: t.Union[str, bytes], engine: t.Optional[str]) -> str:
+def _checked_text(text: str | bytes, engine: str | None) -> str:
     """``text`` as str once it is a whole exposition holding vllm: samples; PrefillError otherwise."""
     if isinstance(text, (bytes, bytearray)):
         if len(text) > MAX_TEXT:
@@ -196,10 +195,10 @@ def _checked_text(text: t.Union[str, bytes], engine: t.Optional[str]) -> str:
     return text
 
 
-def _totals(values: t.Dict[str, t.List[float]], engine: t.Optional[str],
-            notes: t.List[str]) -> t.Dict[str, t.Optional[float]]:
+def _totals(values: dict[str, list[float]], engine: str | None,
+            notes: list[str]) -> dict[str, float | None]:
     """Each field's sum (the fullest engine's for _MAX_FIELDS); None, noted, when missing or unusable."""
-    result: t.Dict[str, t.Optional[float]] = {}
+    result: dict[str, float | None] = {}
     for field, name in METRICS.items():
         got = values.get(field)
         if not got:
@@ -212,7 +211,7 @@ def _totals(values: t.Dict[str, t.List[float]], engine: t.Optional[str],
     return result
 
 
-def _finite_sum(values: t.List[float]) -> t.Optional[float]:
+def _finite_sum(values: list[float]) -> float | None:
     """The exact sum of finite, non-negative samples; None where it is not a finite number
     (fsum raises OverflowError on 1e308 + 1e308 instead of returning inf)."""
     try:
@@ -222,9 +221,9 @@ def _finite_sum(values: t.List[float]) -> t.Optional[float]:
     return total if math.isfinite(total) else None
 
 
-def _parse_labels(text: t.Optional[str], line: re.Match) -> t.Dict[str, str]:
+def _parse_labels(text: str | None, line: re.Match) -> dict[str, str]:
     """The labels of a sample line ``_READ_RE`` matched, unescaped."""
-    labels: t.Dict[str, str] = {}
+    labels: dict[str, str] = {}
     for match in _LABEL_RE.finditer(text or ""):
         name, value = match.group(1), match.group(2)
         if name in labels:
@@ -257,11 +256,11 @@ class PassiveReading:
     Tokens are the KV-computed ones: prefix-cache hits are not prefill work.
     """
 
-    seconds_per_token: t.Optional[float]
-    requests: t.Optional[int] = None
-    tokens: t.Optional[float] = None
-    seconds: t.Optional[float] = None
-    preemptions: t.Optional[float] = None
+    seconds_per_token: float | None
+    requests: int | None = None
+    tokens: float | None = None
+    seconds: float | None = None
+    preemptions: float | None = None
     reason: str = ""
 
 

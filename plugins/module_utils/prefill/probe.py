@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The probe's steps: health, quiet check, warm-up, samples, passive window.
@@ -52,12 +51,12 @@ from ansible.module_utils.prefill.metrics import MetricsSnapshot, passive_window
 
 
 def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
 
 
 def _passive(client: EngineClient, first: MetricsSnapshot, window: float,
-             baseline: t.Optional[Baseline], floor: float = FLOOR,
-             window_max: t.Optional[float] = None) -> dict:
+             baseline: Baseline | None, floor: float = FLOOR,
+             window_max: float | None = None) -> dict:
     longest = max(window, window_max or window)
     waited = 0.0
     while True:
@@ -93,7 +92,7 @@ def _passive(client: EngineClient, first: MetricsSnapshot, window: float,
     return done
 
 
-def _progress(first: MetricsSnapshot, second: MetricsSnapshot) -> t.Optional[bool]:
+def _progress(first: MetricsSnapshot, second: MetricsSnapshot) -> bool | None:
     """Whether any token was computed between two scrapes (None: the counters are missing)."""
     moved = []
     for field in ("prompt_tokens", "generation_tokens"):
@@ -117,7 +116,7 @@ def _result(**kw: t.Any) -> dict:
     return base
 
 
-def _start(client: EngineClient) -> t.Tuple[t.Optional[dict], t.Optional[MetricsSnapshot]]:
+def _start(client: EngineClient) -> tuple[dict | None, MetricsSnapshot | None]:
     """Health and the first scrape; a finished result when the engine is down."""
     try:
         status = client.health()
@@ -131,9 +130,9 @@ def _start(client: EngineClient) -> t.Tuple[t.Optional[dict], t.Optional[Metrics
     return None, client.metrics()
 
 
-def probe(client: EngineClient, model: str, prompt_tokens: int, baseline: t.Optional[Baseline],
+def probe(client: EngineClient, model: str, prompt_tokens: int, baseline: Baseline | None,
           window: float = 5.0, timeout: float = 20.0, floor: float = FLOOR,
-          window_max: t.Optional[float] = None, missing: str = "") -> dict:
+          window_max: float | None = None, missing: str = "") -> dict:
     """One verdict for one engine, from at most 4 samples after a warm-up.
 
     ``missing``, when there is no baseline, says why (where it was looked for,
@@ -211,7 +210,7 @@ def _one_sample(client: EngineClient, model: str, prompt: str, timeout: float):
 
 
 def _warm_up(client: EngineClient, model: str, prompt: str, timeout: float,
-             tries: int = SAMPLE_TRIES) -> t.Optional[PrefillError]:
+             tries: int = SAMPLE_TRIES) -> PrefillError | None:
     """The discarded first request (the first after idle is slower). Its figures do not count,
     but its check that the engine's sums moved by exactly this one request does: a lone request
     beside it (a canary, a session's next turn) spoils it, and while the engine reads quiet again
@@ -245,7 +244,7 @@ def _quiet_sample(client: EngineClient, model: str, prompt: str, timeout: float,
 
 
 def record(client: EngineClient, model: str, prompt_tokens: int, groups: int = 2,
-           timeout: float = 20.0, floor: float = FLOOR) -> t.Tuple[t.Optional[Baseline], dict]:
+           timeout: float = 20.0, floor: float = FLOOR) -> tuple[Baseline | None, dict]:
     """Record a baseline of ``groups`` groups of 4 samples; (None, result) when it cannot."""
     done, first = _start(client)
     if done is not None:
@@ -289,10 +288,10 @@ class Keep:
     keep: bool
     reason: str
     # keep_known_good: the new measurement over the known-good reference.
-    ratio: t.Optional[float] = None
+    ratio: float | None = None
 
 
-def keep_baseline(baseline: t.Optional[Baseline], started: t.Optional[float], model: str, prompt_tokens: int,
+def keep_baseline(baseline: Baseline | None, started: float | None, model: str, prompt_tokens: int,
                   refresh: bool = False, missing: str = "") -> Keep:
     """Keep ``baseline`` when it was recorded since the unit's start (``started``,
     epoch seconds; None when unknown), for this model and prompt length, and no
@@ -305,7 +304,7 @@ def keep_baseline(baseline: t.Optional[Baseline], started: t.Optional[float], mo
     return Keep(False, missing or "stale")
 
 
-def keep_known_good(known: t.Optional[Baseline], new: Baseline, floor: float = FLOOR) -> Keep:
+def keep_known_good(known: Baseline | None, new: Baseline, floor: float = FLOOR) -> Keep:
     """Whether the known-good baseline (the one on the host) stays instead of ``new``, just measured.
 
     A start of the same install and model is as fast as the known-good start was. A new baseline

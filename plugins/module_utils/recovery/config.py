@@ -154,7 +154,7 @@ class State:
     engine_nodes: dict = field(default_factory=dict)
 
     @classmethod
-    def from_json(cls, text: str, boot_id: str) -> "State":
+    def from_json(cls, text: str, boot_id: str) -> State:
         """The state of this boot: a file from an earlier boot or unreadable starts afresh,
         except what outlives a boot (the node record: it is keyed by vLLM's own start)."""
         try:

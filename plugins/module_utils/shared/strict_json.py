@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """JSON read as hostile input: a key twice, a number past float's range, an
@@ -28,7 +27,7 @@ class Refused(Exception):
     """Raised inside json.loads' hooks; its message says what the text holds."""
 
 
-def _unique_keys(pairs: t.List[t.Tuple[str, t.Any]]) -> dict:
+def _unique_keys(pairs: list[tuple[str, t.Any]]) -> dict:
     # json.loads keeps the last of two equal keys: the document is ambiguous.
     data = dict(pairs)
     if len(data) != len(pairs):

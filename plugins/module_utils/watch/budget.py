@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The restart budget: how often an engine may be restarted without a
@@ -19,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import typing as t
 
 from ansible.module_utils.fleet.commands import command
 from ansible.module_utils.fleet.restart_plan import POLICIES
@@ -61,8 +59,8 @@ class BudgetState:
     used: int
     remaining: int
     exhausted: bool
-    entries: t.Tuple[dict, ...]
-    since: t.Optional[str]
+    entries: tuple[dict, ...]
+    since: str | None
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -73,14 +71,14 @@ class Decision:
     """Whether to restart, a warning to show when the budget is overridden, and the message for the report."""
 
     restart: bool
-    warning: t.Optional[str]
+    warning: str | None
     message: str
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
-def state(ledger: Ledger, engine: str, now: t.Union[datetime.datetime, str], budget: Budget) -> BudgetState:
+def state(ledger: Ledger, engine: str, now: datetime.datetime | str, budget: Budget) -> BudgetState:
     """``engine``'s budget at ``now`` (an aware datetime) from ``ledger``."""
     if not isinstance(budget, Budget):
         raise WatchError("the budget must be a Budget(limit, window_s), got %s" % brief(budget))

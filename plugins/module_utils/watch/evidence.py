@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The evidence kept before a restart: what lets an operator find the cause
@@ -53,7 +52,7 @@ def _text(value: t.Any, what: str) -> str:
     return value
 
 
-def secrets_of(values: t.Any) -> t.List[str]:
+def secrets_of(values: t.Any) -> list[str]:
     """The secrets worth masking, longest first (so a secret that holds another is masked whole)."""
     if values is None:
         return []
@@ -86,7 +85,7 @@ def is_engine_python(cmdline: t.Sequence[str]) -> bool:
     return bool(_PYTHON.search(first)) or any(word in title for word in _ENGINE_WORDS)
 
 
-def python_processes(procs: t.Iterable[t.Tuple[int, t.Sequence[str]]]) -> t.List[t.Tuple[int, str]]:
+def python_processes(procs: t.Iterable[tuple[int, t.Sequence[str]]]) -> list[tuple[int, str]]:
     """The (pid, its command line shown, masked) of each engine Python process in ``procs``, by pid."""
     out = []
     for pid, cmdline in procs:
@@ -98,7 +97,7 @@ def python_processes(procs: t.Iterable[t.Tuple[int, t.Sequence[str]]]) -> t.List
     return sorted(out)
 
 
-def bundle_name(engine: str, host: str, at: t.Union[str, datetime.datetime]) -> str:
+def bundle_name(engine: str, host: str, at: str | datetime.datetime) -> str:
     """``<engine>-<host>-<UTC time>``: the bundle's file name without its suffix."""
     check_engine(engine)
     if not isinstance(host, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", host):

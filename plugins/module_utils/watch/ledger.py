@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The cure ledger: what every restart of an engine did, kept on its head.
@@ -62,7 +61,7 @@ _RESTART_KEYS = ("kind", "engine", "at", "trigger", "policy", "before", "after",
 _RESTART_OPTIONAL = ("policy", "after", "evidence", "why")
 _RESET_KEYS = ("kind", "engine", "at", "by", "reason")
 _READING_KEYS = ("verdict", "at", "prefill_ratio", "threshold", "uptime_s", "pool_tokens", "passive_ratio")
-_UTC = datetime.timezone.utc
+_UTC = datetime.UTC
 
 
 # --- times -------------------------------------------------------------------------------
@@ -112,7 +111,7 @@ def _choice(value: t.Any, what: str, choices: t.Sequence[str]) -> str:
     return value
 
 
-def _number(value: t.Any, what: str, positive: bool = False) -> t.Union[int, float]:
+def _number(value: t.Any, what: str, positive: bool = False) -> int | float:
     """A finite number, at least 0 (above 0 when ``positive``), as given (an int stays an int)."""
     number = finite(value)
     if number is None or number < 0 or (positive and number == 0):
@@ -156,11 +155,11 @@ class Reading:
 
     verdict: str
     at: str
-    prefill_ratio: t.Optional[float] = None
-    threshold: t.Optional[float] = None
-    uptime_s: t.Optional[float] = None
-    pool_tokens: t.Optional[int] = None
-    passive_ratio: t.Optional[float] = None
+    prefill_ratio: float | None = None
+    threshold: float | None = None
+    uptime_s: float | None = None
+    pool_tokens: int | None = None
+    passive_ratio: float | None = None
 
     def __post_init__(self) -> None:
         _choice(self.verdict, "a reading's verdict", VERDICTS)
@@ -180,7 +179,7 @@ class Reading:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: t.Any, what: str = "a reading") -> "Reading":
+    def from_dict(cls, data: t.Any, what: str = "a reading") -> Reading:
         """The reading a ledger line's ``before`` or ``after`` holds; WatchError naming ``what`` otherwise."""
         _keys(data, what, _READING_KEYS, _READING_KEYS[2:])
         try:
@@ -201,7 +200,7 @@ def diagnosis_figures(diagnosis: t.Any) -> dict:
     verdict = _choice(diagnosis.get("verdict"), "the diagnosis' verdict", VERDICTS)
     evidence = diagnosis.get("evidence") if isinstance(diagnosis.get("evidence"), dict) else {}
 
-    def positive(value: t.Any) -> t.Optional[float]:
+    def positive(value: t.Any) -> float | None:
         number = finite(value)
         return float(number) if number is not None and number > 0 else None
 
@@ -215,7 +214,7 @@ def diagnosis_figures(diagnosis: t.Any) -> dict:
             "passive_ratio": positive(evidence.get("passive_ratio"))}
 
 
-def reading_from_diagnosis(diagnosis: t.Any, at: t.Union[str, datetime.datetime]) -> Reading:
+def reading_from_diagnosis(diagnosis: t.Any, at: str | datetime.datetime) -> Reading:
     """The reading of what ``engine_diagnosis`` returned at ``at`` (``diagnosis_figures``)."""
     return Reading(at=at, **diagnosis_figures(diagnosis))
 
@@ -252,17 +251,17 @@ def _check_entry(data: t.Any) -> dict:
     }
 
 
-def restart_entry(engine: str, at: t.Union[str, datetime.datetime], *, trigger: str, before: t.Union[Reading, dict],
-                  outcome: str = "pending", after: t.Union[Reading, dict, None] = None,
-                  policy: t.Optional[str] = None, settle_s: float = 0, evidence: t.Optional[str] = None,
-                  why: t.Optional[str] = None) -> dict:
+def restart_entry(engine: str, at: str | datetime.datetime, *, trigger: str, before: Reading | dict,
+                  outcome: str = "pending", after: Reading | dict | None = None,
+                  policy: str | None = None, settle_s: float = 0, evidence: str | None = None,
+                  why: str | None = None) -> dict:
     """The ledger entry of a restart of ``engine`` that began ``at``; WatchError on any bad field."""
     return _check_entry({"kind": "restart", "engine": engine, "at": at, "trigger": trigger, "policy": policy,
                          "before": before, "after": after, "outcome": outcome, "settle_s": settle_s,
                          "evidence": evidence, "why": why})
 
 
-def reset_entry(engine: str, at: t.Union[str, datetime.datetime], by: str, reason: str) -> dict:
+def reset_entry(engine: str, at: str | datetime.datetime, by: str, reason: str) -> dict:
     """The ledger entry of an operator's budget reset; WatchError on any bad field."""
     return _check_entry({"kind": "reset", "engine": engine, "at": at, "by": by, "reason": reason})
 
@@ -279,15 +278,15 @@ class Ledger:
     """A ledger file's entries (checked, in file order) and the lines it
     skipped: (line number from 1, why)."""
 
-    entries: t.Tuple[dict, ...] = ()
-    skipped: t.Tuple[t.Tuple[int, str], ...] = ()
+    entries: tuple[dict, ...] = ()
+    skipped: tuple[tuple[int, str], ...] = ()
 
 
 class _Refused(Exception):
     """Why a line holds no entry: the line is skipped with its message."""
 
 
-def _entry_of(text: str) -> t.Optional[dict]:
+def _entry_of(text: str) -> dict | None:
     """The entry one line holds, None for a blank line; _Refused saying why it is none."""
     text = text.strip()
     if not text:
@@ -307,12 +306,12 @@ def _entry_of(text: str) -> t.Optional[dict]:
         raise _Refused(str(exc)) from None
 
 
-def parse(text: t.Union[str, bytes]) -> Ledger:
+def parse(text: str | bytes) -> Ledger:
     """The ledger file ``text`` holds (bytes are read as UTF-8, errors
     replaced). A line that is no entry is skipped and recorded; blank lines
     are neither. WatchError only when ``text`` is not str or bytes."""
     if isinstance(text, (bytes, bytearray)):
-        raw: t.List[t.Any] = bytes(text).split(b"\n")
+        raw: list[t.Any] = bytes(text).split(b"\n")
     elif isinstance(text, str):
         raw = text.split("\n")
     else:
@@ -339,20 +338,20 @@ def parse(text: t.Union[str, bytes]) -> Ledger:
     return Ledger(tuple(entries), tuple(skipped))
 
 
-def restarts(ledger: Ledger, engine: str) -> t.List[dict]:
+def restarts(ledger: Ledger, engine: str) -> list[dict]:
     """``engine``'s restarts, oldest first: the latest line of each (a
     restart is named by its engine and ``at``)."""
     if not isinstance(ledger, Ledger):
         raise WatchError("the ledger must be what parse() returned, got %s" % brief(ledger))
     check_engine(engine)
-    latest: t.Dict[str, dict] = {}
+    latest: dict[str, dict] = {}
     for entry in ledger.entries:
         if entry["kind"] == "restart" and entry["engine"] == engine:
             latest[entry["at"]] = entry
     return sorted(latest.values(), key=lambda e: parse_time(e["at"]))
 
 
-def resets(ledger: Ledger, engine: str) -> t.List[dict]:
+def resets(ledger: Ledger, engine: str) -> list[dict]:
     """``engine``'s budget resets, oldest first."""
     if not isinstance(ledger, Ledger):
         raise WatchError("the ledger must be what parse() returned, got %s" % brief(ledger))
@@ -363,7 +362,7 @@ def resets(ledger: Ledger, engine: str) -> t.List[dict]:
 
 # --- the cure ----------------------------------------------------------------------------
 
-def ratio_text(reading: t.Union[Reading, dict, None]) -> str:
+def ratio_text(reading: Reading | dict | None) -> str:
     """A reading's prefill ratio in words: the quiet probe's ("1.22x"), else the
     passive one's ("3.10x under load"), else "unread". A line's dict or None
     (no reading yet) is taken as it is."""
@@ -377,8 +376,8 @@ def ratio_text(reading: t.Union[Reading, dict, None]) -> str:
     return "unread"
 
 
-def cured(after_first: t.Union[Reading, dict], after_settled: t.Union[Reading, dict],
-          threshold: float) -> t.Tuple[bool, str]:
+def cured(after_first: Reading | dict, after_settled: Reading | dict,
+          threshold: float) -> tuple[bool, str]:
     """Whether a restart's cure lasted, and why in one sentence: both readings
     (right after the restart, and once it settled) healthy, and each prefill
     ratio read under ``threshold``."""
@@ -422,8 +421,8 @@ def failed(ledger: Ledger, engine: str, at: t.Any, why: str) -> dict:
     return _check_entry(dict(_begun(ledger, engine, at), outcome="failed", why=why))
 
 
-def settled(ledger: Ledger, engine: str, at: t.Any, after_first: t.Union[Reading, dict],
-            after_settled: t.Union[Reading, dict], threshold: float) -> dict:
+def settled(ledger: Ledger, engine: str, at: t.Any, after_first: Reading | dict,
+            after_settled: Reading | dict, threshold: float) -> dict:
     """The line that says whether the restart of ``engine`` begun ``at`` cured it
     (``cured``): its ``after`` is the settled reading, ``settle_s`` the time
     between the two readings and ``why`` the reason, with both ratios."""

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: vllm-fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The toolkit's own series for node-exporter's textfile collector: one
@@ -53,7 +52,7 @@ WATCH_MARGIN = 2.5
 # The probe's floor as vllm_prefill_probe takes it (threshold_floor).
 FLOOR_RANGE = (1.0, 10.0)
 
-_Sample = t.Tuple[t.Sequence[t.Tuple[str, str]], t.Union[int, float]]
+_Sample = tuple[t.Sequence[tuple[str, str]], int | float]
 
 
 def escape(value: str) -> str:
@@ -61,11 +60,11 @@ def escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def _number(value: t.Union[int, float]) -> str:
+def _number(value: int | float) -> str:
     return str(int(value)) if isinstance(value, (bool, int)) else repr(float(value))
 
 
-def _family(engine: str, name: str, kind: str, text: str, samples: t.Sequence[_Sample]) -> t.List[str]:
+def _family(engine: str, name: str, kind: str, text: str, samples: t.Sequence[_Sample]) -> list[str]:
     out = ["# HELP %s %s" % (name, text), "# TYPE %s %s" % (name, kind)]
     for labels, value in samples:
         pairs = ",".join('%s="%s"' % (k, escape(v)) for k, v in ((LABEL, engine), *labels))
@@ -77,7 +76,7 @@ def _epoch(iso: str) -> float:
     return parse_time(iso).timestamp()
 
 
-def _ledger(engine: str, ledger: Ledger) -> t.List[t.List[str]]:
+def _ledger(engine: str, ledger: Ledger) -> list[list[str]]:
     done = restarts(ledger, engine)
     out = [
         _family(engine, "vllm_fleet_restarts_total", "counter",
@@ -99,7 +98,7 @@ def _ledger(engine: str, ledger: Ledger) -> t.List[t.List[str]]:
     return out
 
 
-def _budget(engine: str, state: BudgetState) -> t.List[t.List[str]]:
+def _budget(engine: str, state: BudgetState) -> list[list[str]]:
     if state.engine != engine:
         raise WatchError("the budget state is engine %s's, not %s's" % (brief(state.engine), brief(engine)))
     return [
@@ -113,7 +112,7 @@ def _budget(engine: str, state: BudgetState) -> t.List[t.List[str]]:
     ]
 
 
-def _diagnosis(engine: str, diagnosis: dict, at: t.Any) -> t.List[t.List[str]]:
+def _diagnosis(engine: str, diagnosis: dict, at: t.Any) -> list[list[str]]:
     figures = diagnosis_figures(diagnosis)
     out = [_family(engine, "vllm_fleet_verdict", "gauge",
                    "1 for the engine's last diagnosis verdict, 0 for the others.",
@@ -128,7 +127,7 @@ def _diagnosis(engine: str, diagnosis: dict, at: t.Any) -> t.List[t.List[str]]:
     return out
 
 
-def _baseline(engine: str, data: t.Any, floor: t.Any) -> t.List[t.List[str]]:
+def _baseline(engine: str, data: t.Any, floor: t.Any) -> list[list[str]]:
     lowest, highest = FLOOR_RANGE
     number = finite(floor)
     if number is None or not lowest <= number <= highest:
@@ -159,9 +158,9 @@ def _baseline(engine: str, data: t.Any, floor: t.Any) -> t.List[t.List[str]]:
     return out
 
 
-def render(engine: str, *, ledger: t.Optional[Ledger], budget_state: t.Optional[BudgetState],
-           diagnosis: t.Optional[dict], baseline: t.Optional[dict], floor: float = FLOOR,
-           diagnosed_at: t.Union[str, datetime.datetime, None] = None) -> str:
+def render(engine: str, *, ledger: Ledger | None, budget_state: BudgetState | None,
+           diagnosis: dict | None, baseline: dict | None, floor: float = FLOOR,
+           diagnosed_at: str | datetime.datetime | None = None) -> str:
     """``engine``'s series, a whole exposition ending in a newline. ``diagnosis``
     is what engine_diagnosis returned, ``diagnosed_at`` when (its timestamp is
     left out without it); ``baseline`` the prefill baseline file's object and
@@ -170,7 +169,7 @@ def render(engine: str, *, ledger: t.Optional[Ledger], budget_state: t.Optional[
     for name, value, kind in (("ledger", ledger, Ledger), ("budget_state", budget_state, BudgetState)):
         if value is not None and not isinstance(value, kind):
             raise WatchError("%s must be a %s or none, got %s" % (name, kind.__name__, brief(value)))
-    families: t.List[t.List[str]] = []
+    families: list[list[str]] = []
     if ledger is not None:
         families += _ledger(engine, ledger)
     if budget_state is not None:

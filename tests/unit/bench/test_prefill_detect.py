@@ -33,7 +33,7 @@ VAULT_PASSWORD = "pw-for-the-test-vault"
 VAULTED_KEY = "engine-key-from-the-vault-7f3e"
 
 
-def target(*argv: str, environ=None) -> "pd.Target":
+def target(*argv: str, environ=None) -> pd.Target:
     """What ``show ARGV`` would probe."""
     return pd.resolve(pd.parser().parse_args(["show", *argv]), environ or {})
 

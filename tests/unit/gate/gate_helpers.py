@@ -209,7 +209,7 @@ class FakeVLLM:
             self.cancelled.append(label)
             raise
 
-    async def _stream(self, request, shape: "_Shape"):
+    async def _stream(self, request, shape: _Shape):
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
         texts = [f"t{i}" for i in range(self.chunks)]

@@ -252,7 +252,7 @@ async def test_trickled_headers_are_cut_at_the_idle_timeout(sturdy_engine, serve
             writer.write(bytes([byte]))
             await writer.drain()
             closed = await asyncio.wait_for(reader.read(1), 0.05) == b""
-        except asyncio.TimeoutError:
+        except TimeoutError:
             closed = False
         except ConnectionError:
             closed = True

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -183,7 +183,7 @@ def test_endpoint_file_is_reread_before_every_request(make_engine, fallback, end
         endpoint_file.write(VLLM_FLEET_MODE="gate", OPENAI_BASE_URL=b.url)
         # Taken once the new file is in place: a request stamped between a moment taken before
         # the write and the rename still read the old file (CI saw one).
-        switched = datetime.now(timezone.utc)
+        switched = datetime.now(UTC)
         b.wait_requests(6)
     finally:
         client.drain()
@@ -357,7 +357,7 @@ def test_log_holds_no_prompt_text_and_no_api_key(make_engine, endpoint_file, tmp
 # -- the summary ----------------------------------------------------------
 
 
-T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 
 
 def rec(at: float, outcome: str, session: int = 1, latency: float = 10.0, mode: str | None = "gate",

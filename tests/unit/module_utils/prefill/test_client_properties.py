@@ -64,7 +64,7 @@ class RawEngine:
         self.requests = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
-    def __enter__(self) -> "RawEngine":
+    def __enter__(self) -> RawEngine:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -28,7 +28,7 @@ PASSIVE_KEYS = {"window_s", "seconds_per_token", "requests", "tokens", "seconds"
 def baseline(**kw) -> Baseline:
     """What record() takes from a healthy fake: every sample PER_TOKEN."""
     args = dict(vllm_version=VERSION, model=MODEL, prompt_tokens=TOKENS,
-                recorded_at=datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                recorded_at=datetime.datetime.now(datetime.UTC).isoformat(),
                 groups=((PER_TOKEN,) * GROUP_SIZE,) * 2)
     args.update(kw)
     return Baseline(**args)
@@ -399,7 +399,7 @@ def test_sample_that_does_not_move_the_metric(fake, client, fast_settle):
 # --- record ---------------------------------------------------------------------------------
 
 def test_record(fake, client):
-    before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    before = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
     recorded, r = record(client, MODEL, TOKENS)
     assert isinstance(recorded, Baseline)
     assert (recorded.vllm_version, recorded.model, recorded.prompt_tokens, recorded.unit) == (

@@ -15,7 +15,7 @@ from ansible.module_utils.watch import ledger as L
 from ansible.module_utils.watch.errors import WatchError
 from test_ledger import ENGINE, ledger_of, reset, restart
 
-NOW = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.timezone.utc)
+NOW = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.UTC)
 BUDGET = B.Budget(3, 6 * 3600)
 
 

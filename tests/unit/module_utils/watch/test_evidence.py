@@ -109,7 +109,7 @@ def test_a_bad_pid_is_refused(pid):
 
 
 def test_bundle_name():
-    at = datetime.datetime(2026, 12, 6, 11, 5, 9, tzinfo=datetime.timezone.utc)
+    at = datetime.datetime(2026, 12, 6, 11, 5, 9, tzinfo=datetime.UTC)
     assert E.bundle_name("engine_lab", "lab1", at) == "engine_lab-lab1-20261206T110509Z"
     with pytest.raises(WatchError, match="no host name"):
         E.bundle_name("engine_lab", "../etc", at)

@@ -25,7 +25,7 @@ from test_diagnosis import CASES, CONTEXT  # noqa: E402
 
 ENGINE = "engine_lab"
 AT = "2026-12-01T03:30:00+00:00"
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 # The first case of each verdict (prefill-degraded: the quiet probe's, with its ratio).
 DIAGNOSES: dict = {}
 for _case in CASES:

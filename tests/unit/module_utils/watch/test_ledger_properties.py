@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_ledger import reset, restart
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 LINES = [L.line(e).rstrip("\n") for e in (restart(), restart(outcome="pending"), restart(outcome="cured"),
                                           restart(evidence="/var/lib/vllm-fleet/evidence/a.tar.gz"),
                                           reset("2026-12-01T04:00:00+00:00"))]

@@ -34,7 +34,7 @@ RULES = REPO / "roles" / "fleet_watch" / "templates" / "etc" / "prometheus" / "v
 GROUPS = json.loads((REPO / "tests" / "fixtures" / "prefill" / "lab-healthy-groups.json").read_text())["groups"]
 BASELINE = decision.Baseline("0.32.0", "tiny", 1024, "2026-12-01T13:24:31+00:00", tuple(map(tuple, GROUPS[:2])))
 BASELINE_FILE = json.loads(decision.baseline_to_json(BASELINE))
-NOW = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.timezone.utc)
+NOW = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.UTC)
 
 LEDGER = ledger_of(
     restart("2026-12-01T03:30:00+00:00", "cured", trigger="schedule"),
@@ -110,9 +110,9 @@ def test_every_series_from_every_source():
         ("vllm_fleet_restart_outcomes_total", (("outcome", "pending"),)): 1,
         ("vllm_fleet_restart_outcomes_total", (("outcome", "failed"),)): 1,
         ("vllm_fleet_last_restart_timestamp_seconds", ()): datetime.datetime(
-            2026, 12, 1, 11, tzinfo=datetime.timezone.utc).timestamp(),
+            2026, 12, 1, 11, tzinfo=datetime.UTC).timestamp(),
         ("vllm_fleet_last_cure_timestamp_seconds", ()): datetime.datetime(
-            2026, 12, 1, 3, 30, tzinfo=datetime.timezone.utc).timestamp(),
+            2026, 12, 1, 3, 30, tzinfo=datetime.UTC).timestamp(),
         ("vllm_fleet_ledger_skipped_lines", ()): 1,
         ("vllm_fleet_restart_budget_limit", ()): 3,
         ("vllm_fleet_restart_budget_used", ()): 1,
