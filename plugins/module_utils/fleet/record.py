@@ -332,6 +332,8 @@ def _record(engine, head, peers, values, settings, problems) -> dict:
         "backend": settings["backend"],
         "venv": venv,
         "vllm_bin": venv.rstrip("/") + "/bin/vllm",
+        # The engine's Python: the interpreter of the modules that import its packages.
+        "python": venv.rstrip("/") + "/bin/python",
         "user": text(values["vllm_install_user"]),
         "home": text(values["vllm_install_home"]),
         "model": text(model),

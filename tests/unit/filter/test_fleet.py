@@ -275,6 +275,7 @@ def test_the_lab_engine(hosts):
         "backend": D["vllm_server_backend"],
         "venv": D["vllm_install_venv"],
         "vllm_bin": D["vllm_install_venv"] + "/bin/vllm",
+        "python": D["vllm_install_venv"] + "/bin/python",
         "user": D["vllm_install_user"],
         "home": D["vllm_install_home"],
         "model": "/srv/models/tiny",          # the host: source's path
@@ -372,7 +373,8 @@ def test_record_model_is_the_model_dir_unless_on_the_host(source):
 def test_vllm_bin_drops_a_trailing_slash():
     settings = {"vllm_install_venv": "/opt/vllm-b/"}
     record = engine_record(LAB_ENGINE_HOSTS, _lab(lab1=settings, lab2=settings), "engine_lab")
-    assert (record["venv"], record["vllm_bin"]) == ("/opt/vllm-b/", "/opt/vllm-b/bin/vllm")
+    assert (record["venv"], record["vllm_bin"], record["python"]) == (
+        "/opt/vllm-b/", "/opt/vllm-b/bin/vllm", "/opt/vllm-b/bin/python")
 
 
 # --- the engine record: each setting from hostvars, else the defaults file ------------------
