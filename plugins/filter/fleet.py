@@ -52,6 +52,7 @@ install_id = _filter(_installs.install_id)
 install_step = _filter(_installs.install_step)
 install_prune = _filter(_installs.prune_installs)
 comparable_pins = _filter(_installs.comparable_pins)
+lock_version_problem = _filter(_installs.lock_version_problem)
 pip_list_pins = _filter(_installs.pip_list_pins)
 running_model = _filter(_installs.running_model)
 
@@ -72,6 +73,7 @@ class FilterModule:
             "install_step": install_step,
             "install_prune": install_prune,
             "comparable_pins": comparable_pins,
+            "lock_version_problem": lock_version_problem,
             "pip_list_pins": pip_list_pins,
             "running_model": running_model,
         }

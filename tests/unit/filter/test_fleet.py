@@ -56,7 +56,7 @@ def test_filters_are_registered():
     assert set(FILTERS) == {"engine_heads", "engine_records", "engine_rank",
                             "host_problems", "gate_url", "gate_upstreams", "vllm_argv",
                             "systemd_quote", "inventory_args", "install_id", "install_step", "install_prune",
-                            "comparable_pins", "pip_list_pins", "running_model"}
+                            "comparable_pins", "lock_version_problem", "pip_list_pins", "running_model"}
 
 
 def test_the_install_filters_raise_the_filter_error_with_the_logics_message():

