@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ansible.module_utils.shared.text_input import text_input
+
 MAX_TEXT = 16 * 1024 * 1024
 # Reasons that slow the clocks because of heat or power: what a restart cannot cure.
 THROTTLES = ("SW Power Cap", "HW Slowdown", "HW Thermal Slowdown", "HW Power Brake Slowdown",
@@ -53,14 +55,7 @@ def _temp(value: str) -> int | None:
 
 def read(text: str | bytes) -> list[GpuState]:
     """Each GPU's state, in the output's order."""
-    if isinstance(text, (bytes, bytearray)):
-        if len(text) > MAX_TEXT:
-            raise GpuStateError("nvidia-smi output is %d bytes, over %d" % (len(text), MAX_TEXT))
-        text = bytes(text).decode("utf-8", errors="replace")
-    if not isinstance(text, str):
-        raise GpuStateError("nvidia-smi output must be str or bytes, got %s" % type(text).__name__)
-    if len(text) > MAX_TEXT:
-        raise GpuStateError("nvidia-smi output is %d characters, over %d" % (len(text), MAX_TEXT))
+    text = text_input(text, "nvidia-smi's output", MAX_TEXT, GpuStateError)
     gpus: list[GpuState] = []
     section, section_indent = None, 0
     for raw in text.split("\n"):

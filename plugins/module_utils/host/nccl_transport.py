@@ -26,6 +26,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ansible.module_utils.shared.text_input import text_input
+
 MAX_TEXT = 256 * 1024 * 1024
 _MARKS = (" NCCL INFO ", " NCCL WARN ")
 # Bounded quantifiers only: each match attempt is short, the scan linear.
@@ -95,14 +97,7 @@ def _split(line: str) -> tuple[str, str, str] | None:
 
 def read(text: str | bytes) -> dict[str, HostTransport]:
     """Each host's NCCL network transport, by host name (NCCL's own prefix), in the log's order."""
-    if isinstance(text, (bytes, bytearray)):
-        if len(text) > MAX_TEXT:
-            raise NcclLogError("the log is %d bytes, over %d: read the engine's start only" % (len(text), MAX_TEXT))
-        text = bytes(text).decode("utf-8", errors="replace")
-    if not isinstance(text, str):
-        raise NcclLogError("the log must be str or bytes, got %s" % type(text).__name__)
-    if len(text) > MAX_TEXT:
-        raise NcclLogError("the log is %d characters, over %d: read the engine's start only" % (len(text), MAX_TEXT))
+    text = text_input(text, "the log (read the engine's start only)", MAX_TEXT, NcclLogError)
     hosts: dict[str, HostTransport] = {}
     for raw in text.replace("\r", "\n").split("\n"):
         parts = _split(raw)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ansible.module_utils.shared.text_input import text_input
+
 MAX_TEXT = 16 * 1024 * 1024
 _CA = re.compile(r"CA '([A-Za-z0-9_.-]{1,64})'$", re.ASCII)
 _PORT = re.compile(r"Port ([0-9]{1,3}):$", re.ASCII)
@@ -40,23 +42,11 @@ class Port:
     firmware: str | None = None
 
 
-def _text(text) -> str:
-    if isinstance(text, (bytes, bytearray)):
-        if len(text) > MAX_TEXT:
-            raise RdmaError("ibstat's output is %d bytes, over %d" % (len(text), MAX_TEXT))
-        text = bytes(text).decode("utf-8", errors="replace")
-    if not isinstance(text, str):
-        raise RdmaError("ibstat's output must be str or bytes, got %s" % type(text).__name__)
-    if len(text) > MAX_TEXT:
-        raise RdmaError("ibstat's output is %d characters, over %d" % (len(text), MAX_TEXT))
-    return text
-
-
 def read_ibstat(text: str | bytes) -> list[Port]:
     """Every port of every CA ``ibstat`` lists, in its order."""
     ports: list[Port] = []
     device, firmware = None, None
-    for raw in _text(text).split("\n"):
+    for raw in text_input(text, "ibstat's output", MAX_TEXT, RdmaError).split("\n"):
         line = raw.strip()
         if not line or len(line) > 200:
             continue

@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 
 from ansible.module_utils.shared.numeric import brief
+from ansible.module_utils.shared.text_input import text_input
 
 GIB = 1024 ** 3
 MAX_TEXT = 256 * 1024 * 1024
@@ -97,12 +98,7 @@ def read_refusal(text: str | bytes) -> Refusal | None:
     """vLLM's own refusal at start (``Free memory on device cuda:0 (55.87/119.56 GiB) on startup is
     less than desired GPU memory utilization (0.5, 59.78 GiB)``), the first in the text; None if
     none."""
-    if isinstance(text, (bytes, bytearray)):
-        text = bytes(text[:MAX_TEXT]).decode("utf-8", errors="replace")
-    if not isinstance(text, str):
-        raise UnifiedMemoryError(f"the log must be str or bytes, got {type(text).__name__}")
-    if len(text) > MAX_TEXT:
-        raise UnifiedMemoryError(f"the log is {len(text)} characters, over {MAX_TEXT}")
+    text = text_input(text, "the log", MAX_TEXT, UnifiedMemoryError)
     at = text.find("Free memory on device")
     while at >= 0:
         m = _REFUSAL.match(text, at)
