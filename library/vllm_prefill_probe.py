@@ -14,11 +14,13 @@ description:
     own prefill time per prompt token (from C(vllm:request_prefill_time_seconds_sum)) with the baseline at
     O(baseline_path). The verdict is C(healthy), C(degraded) (with the ratio), C(inconclusive) (with the reason,
     busy, too noisy, no or another baseline, no answer) or C(down).
-  - It sends nothing while requests run or wait (C(vllm:num_requests_running), C(vllm:num_requests_waiting)).
-    Then it reads two C(/metrics) scrapes O(window) seconds apart instead (RV(passive)) and answers
-    C(inconclusive), never C(degraded). Until 4 prefills finished in it, the window widens by O(window) at a
-    time up to O(window_max); it stops at once when no token was computed. The passive reading sends no
-    request and is safe under load.
+  - While requests run or wait (C(vllm:num_requests_running), C(vllm:num_requests_waiting)) it first reads
+    two C(/metrics) scrapes O(window) seconds apart (RV(passive)). Until 4 prefills finished in it, the window
+    widens by O(window) at a time up to O(window_max); it stops at once when no token was computed. Then, with
+    O(timed) and nothing waiting, it takes the same samples, each timed by the engine itself
+    (C(metrics.time_to_first_token_ms) of a completion, C(--enable-per-request-metrics)), and judges them
+    against the threshold widened by O(load_margin) (RV(timed)). Otherwise it answers C(inconclusive), never
+    C(degraded).
   - With O(mode=baseline), records O(groups) groups of 4 samples on a quiet engine and writes them, with the
     vLLM version, the model, the prompt length and the time, to O(baseline_path). With O(unit), a baseline
     already recorded since the unit's start is kept, so reruns change nothing.
@@ -91,6 +93,18 @@ options:
   api_key:
     description: The engine's C(--api-key), sent as a bearer token. Never logged.
     type: str
+  timed:
+    description:
+      - The engine's API server times each request (C(--enable-per-request-metrics)), so a loaded engine is
+        sampled too. Off, or an engine whose answers carry no timing, a loaded engine gets only the passive
+        reading.
+    type: bool
+    default: false
+  load_margin:
+    description: How much wider the threshold is for samples taken under load (traffic only adds rows to a
+      sample's engine step); 1.0 to 4.
+    type: float
+    default: 1.25
 attributes:
   check_mode:
     support: full
@@ -139,6 +153,16 @@ reason:
   description: Why, in a sentence.
   returned: always
   type: str
+timed:
+  description: With O(mode=probe) on a loaded engine, whether the verdict comes from samples the engine timed
+    itself (each RV(samples) entry then says C(timed_by=engine)); null on a quiet one.
+  returned: always
+  type: bool
+passive_judged:
+  description: With O(mode=probe) on a loaded engine without a timed verdict, whether the passive rate may be
+    judged (false for an engine that times its requests, since other traffic shapes inflate that rate); else null.
+  returned: always
+  type: bool
 ratio:
   description: The probe's statistic over the baseline's (1.0 is as fast as after the start), or null; with
     RV(verdict=slower), the new measurement's over the known-good baseline's.
@@ -240,6 +264,7 @@ from ansible.module_utils.host.systemd import active_since, parse_show
 from ansible.module_utils.prefill.client import EngineClient
 from ansible.module_utils.prefill.decision import (
     FLOOR,
+    LOAD_MARGIN,
     MAX_BASELINE,
     MAX_GROUPS,
     MAX_PROMPT_TOKENS,
@@ -266,6 +291,8 @@ ARGUMENT_SPEC = dict(
     refresh=dict(type="bool", default=False),
     keep_known_good=dict(type="bool", default=False),
     threshold_floor=dict(type="float", default=FLOOR),
+    timed=dict(type="bool", default=False),
+    load_margin=dict(type="float", default=LOAD_MARGIN),
     api_key=dict(type="str", no_log=True),
 )
 
@@ -284,6 +311,8 @@ def _check(module):
         module.fail_json(msg="window_max must be between 0.5 and 600 seconds, got %g." % p["window_max"])
     if not 1.0 <= p["threshold_floor"] <= 10.0:
         module.fail_json(msg="threshold_floor must be between 1.0 and 10, got %g." % p["threshold_floor"])
+    if not 1.0 <= p["load_margin"] <= 4.0:
+        module.fail_json(msg="load_margin must be between 1.0 and 4, got %g." % p["load_margin"])
     if not 0 < p["timeout"] <= 3600:
         module.fail_json(msg="timeout must be between 0 and 3600 seconds, got %g." % p["timeout"])
 
@@ -324,7 +353,8 @@ def main():
         with EngineClient(p["url"], timeout=p["timeout"], api_key=p["api_key"]) as client:
             if p["mode"] == "probe":
                 result = probe(client, p["model"], p["prompt_tokens"], baseline, p["window"], p["timeout"],
-                               p["threshold_floor"], p["window_max"], missing=why)
+                               p["threshold_floor"], p["window_max"], missing=why, timed=p["timed"],
+                               load_margin=p["load_margin"])
                 module.exit_json(**dict(common, **result))
             keep = keep_baseline(baseline, started, p["model"], p["prompt_tokens"], p["refresh"], missing=why)
             if keep.keep:

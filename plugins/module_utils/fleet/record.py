@@ -36,7 +36,7 @@ ENGINE_KEYS = (
     "vllm_fleet_gpus_per_host", "vllm_fleet_context_tokens", "ray_cluster_unit", "ray_cluster_port",
     "vllm_install_venv", "vllm_install_user", "vllm_install_home", "vllm_install_model_source",
     "vllm_install_model_dir", "vllm_install_model_revision", "vllm_fleet_probe_prompt_tokens",
-    "vllm_fleet_prefill_threshold_floor",
+    "vllm_fleet_prefill_threshold_floor", "vllm_fleet_prefill_timed",
 )
 
 
@@ -277,7 +277,7 @@ def _agreement_problems(hostvars, engine, peers, head, values) -> list[str]:
 
 def _settings(engine, values, host_count) -> tuple[dict, list[str]]:
     """The engine's backend, shape, context, probe length, prefill floor and ports read from
-    its engine-wide ``values``: ``({backend, context, probe_tokens, floor}, problems)``."""
+    its engine-wide ``values``: ``({backend, context, probe_tokens, floor, timed}, problems)``."""
     problems = []
     backend = text(values["vllm_server_backend"])
     if backend not in ("ray", "mp"):
@@ -300,10 +300,16 @@ def _settings(engine, values, host_count) -> tuple[dict, list[str]]:
     if floor is None or not 1.0 <= floor <= 10.0:
         problems.append(f"engine {engine}: vllm_fleet_prefill_threshold_floor must be a number from 1.0 to 10,"
                         f" got {shown(values['vllm_fleet_prefill_threshold_floor'])}")
+    timed = values["vllm_fleet_prefill_timed"]
+    if isinstance(timed, str) and timed.strip().lower() in ("true", "false"):
+        timed = timed.strip().lower() == "true"  # -e vllm_fleet_prefill_timed=false
+    if not isinstance(timed, bool):
+        problems.append(f"engine {engine}: vllm_fleet_prefill_timed must be true or false, got {shown(timed)}")
     for key in ("vllm_server_port", "ray_cluster_port", "vllm_server_master_port"):
         if problem := _port_problem(key, values[key]):
             problems.append(f"engine {engine}: {problem}")
-    return {"backend": backend, "context": context, "probe_tokens": probe_tokens, "floor": floor}, problems
+    return {"backend": backend, "context": context, "probe_tokens": probe_tokens, "floor": floor,
+            "timed": timed is True}, problems
 
 
 def _record(engine, head, peers, values, settings, problems) -> dict:
@@ -345,6 +351,9 @@ def _record(engine, head, peers, values, settings, problems) -> dict:
         "world_size": (_positive(tp) or 0) * (_positive(pp) or 0),
         "probe_prompt_tokens": settings["probe_tokens"],
         "prefill_threshold_floor": settings["floor"],
+        # The head's API server times each request (--enable-per-request-metrics): the probe's
+        # samples under load are then the engine's own figures (prefill/probe.py).
+        "prefill_timed": settings["timed"],
         "problems": problems,
     }
 

@@ -13,6 +13,12 @@ fresh ``cache_salt``, so no block of it is a prefix-cache hit. Its
 engine-side prefill time is the change in
 ``vllm:request_prefill_time_seconds_sum`` across it, exact while it is the
 only request; the client's time to the answer is kept beside it.
+
+Under load that change counts other requests too, so a loaded sample
+(``timed_sample``) reads the request's own interval instead: with
+``--enable-per-request-metrics`` every completion carries
+``metrics.time_to_first_token_ms``, first token minus scheduled, the same
+quantity for this one request with its queue left out (``engine_prefill_seconds``).
 """
 
 from __future__ import annotations
@@ -47,6 +53,31 @@ class EngineUnreachable(PrefillError):
 
 class EngineTimeout(PrefillError):
     """A request got no answer in time while the connection stayed open."""
+
+
+class NotAlone(PrefillError):
+    """Another request finished a prefill beside a sample: its sums' change is not its own."""
+
+
+class NoRequestMetrics(PrefillError):
+    """A completion carried no per-request prefill time (the engine runs without
+    --enable-per-request-metrics)."""
+
+
+def engine_prefill_seconds(data: t.Any) -> float | None:
+    """A completion's own engine-side prefill time in seconds (``metrics.time_to_first_token_ms``,
+    first token minus scheduled, vLLM 0.31 and later with --enable-per-request-metrics), or None
+    when it carries none. Anything but a positive finite number of milliseconds under a day is none.
+    """
+    metrics = data.get("metrics") if isinstance(data, dict) else None
+    value = metrics.get("time_to_first_token_ms") if isinstance(metrics, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        seconds = float(value) / 1000.0
+    except OverflowError:  # an int past float's range
+        return None
+    return seconds if 0.0 < seconds <= 86400.0 else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,10 +267,30 @@ class EngineClient:
                 and after.prefill_time_count == (before.prefill_time_count or 0) + 1):
             server = after.prefill_time_sum - before.prefill_time_sum
         if server is None or server <= 0:
-            raise PrefillError("the engine's prefill time did not move by exactly one request across the "
+            raise NotAlone("the engine's prefill time did not move by exactly one request across the "
                                "probe (another request ran, or /metrics lacks "
                                "vllm:request_prefill_time_seconds): probe when the engine is quiet")
         return Sample(server, client_seconds, counted), before, after
+
+
+    def timed_sample(self, model: str, prompt: str, timeout: float | None = None) -> Sample:
+        """One probe request timed by the engine itself (``engine_prefill_seconds``): valid beside
+        other requests, since its interval is its own. NoRequestMetrics when the answer carries no
+        such time."""
+        started = self.clock()
+        data = self.json("POST", "/v1/completions", {
+            "model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0,
+            "cache_salt": secrets.token_hex(16)}, timeout=timeout)
+        client_seconds = self.clock() - started
+        usage = data.get("usage") if isinstance(data, dict) else None
+        counted = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        if isinstance(counted, bool) or not isinstance(counted, int) or not 0 < counted <= MAX_PROMPT_TOKENS:
+            raise PrefillError("the completion's usage has no prompt_tokens: is this vLLM?")
+        server = engine_prefill_seconds(data)
+        if server is None:
+            raise NoRequestMetrics("the completion carries no metrics.time_to_first_token_ms: the engine runs "
+                                   "without --enable-per-request-metrics (vllm_fleet_prefill_timed)")
+        return Sample(server, client_seconds, counted)
 
 
 def _said(text: str, limit: int = 200) -> str:

@@ -7,12 +7,16 @@ return plain dicts for ``library/vllm_prefill_probe.py``; the decision rules
 are ``decision.decide`` and ``decision.threshold``. Order of one probe:
 
 1. ``/health``: nothing answering, or not 200, is ``down``.
-2. A ``/metrics`` scrape. Requests running or waiting: no request is sent;
-   a second scrape ``window`` seconds later gives the passive reading, and
-   the verdict is ``inconclusive`` (busy), never ``degraded``. Until
-   ``PASSIVE_PREFILLS`` prefills finished, the window widens by ``window``
-   at a time up to ``window_max``; it stops at once when no token was
-   computed (the wedged sign) or a counter went backwards.
+2. A ``/metrics`` scrape. Requests running or waiting: a second scrape
+   ``window`` seconds later gives the passive reading (progress, preemptions,
+   the sums' rate: evidence). Until ``PASSIVE_PREFILLS`` prefills finished,
+   the window widens by ``window`` at a time up to ``window_max``; it stops at
+   once when no token was computed (the wedged sign) or a counter went
+   backwards. Then, with ``timed`` (the head times each request itself) and
+   nothing waiting, the loaded samples (``_loaded``): a warm-up and 2 (or 4)
+   samples the engine timed, judged as quiet ones against the threshold
+   widened by ``LOAD_MARGIN``. Otherwise the verdict is ``inconclusive``
+   (busy), never ``degraded``.
 3. One warm-up (discarded; the first request after idle is slower), taken
    again as a sample is when a lone request lands beside it. No answer
    within ``timeout`` while ``/health`` is 200: ``answered`` is false.
@@ -34,10 +38,17 @@ import datetime
 import time
 import typing as t
 
-from ansible.module_utils.prefill.client import EngineClient, EngineTimeout, EngineUnreachable
+from ansible.module_utils.prefill.client import (
+    EngineClient,
+    EngineTimeout,
+    EngineUnreachable,
+    NoRequestMetrics,
+    NotAlone,
+)
 from ansible.module_utils.prefill.decision import (
     FLOOR,
     GROUP_SIZE,
+    LOAD_MARGIN,
     PASSIVE_PREFILLS,
     SAMPLE_TRIES,
     Baseline,
@@ -111,7 +122,7 @@ def _result(**kw: t.Any) -> dict:
     base = {"verdict": None, "reason": "", "ratio": None, "threshold": None, "samples": [],
             "health_status": None, "answered": None, "busy": None, "passive": None,
             "metrics_before": None, "metrics_after": None, "vllm_version": None,
-            "prompt_tokens": None}
+            "prompt_tokens": None, "timed": None, "passive_judged": None}
     base.update(kw)
     return base
 
@@ -132,11 +143,14 @@ def _start(client: EngineClient) -> tuple[dict | None, MetricsSnapshot | None]:
 
 def probe(client: EngineClient, model: str, prompt_tokens: int, baseline: Baseline | None,
           window: float = 5.0, timeout: float = 20.0, floor: float = FLOOR,
-          window_max: float | None = None, missing: str = "") -> dict:
+          window_max: float | None = None, missing: str = "", timed: bool = False,
+          load_margin: float = LOAD_MARGIN) -> dict:
     """One verdict for one engine, from at most 4 samples after a warm-up.
 
     ``missing``, when there is no baseline, says why (where it was looked for,
-    what was wrong with it); the verdict's reason is then that.
+    what was wrong with it); the verdict's reason is then that. ``timed``: the
+    engine times each request itself, so a loaded engine is sampled too
+    (``_loaded``); the result's ``timed`` says whether its samples were.
     """
     done, first = _start(client)
     if done is not None:
@@ -151,8 +165,8 @@ def probe(client: EngineClient, model: str, prompt_tokens: int, baseline: Baseli
             return dict(result, verdict="inconclusive", reason=why)
     if result["busy"]:
         result.update(_passive(client, first, window, baseline, floor, window_max))
-        verdict = decide(baseline, busy=True)
-        return dict(result, verdict=verdict.verdict, reason=verdict.reason)
+        return _judge_loaded(client, model, prompt_tokens, baseline, result, first, timeout, floor, timed,
+                             load_margin)
     prompt, counted = client.build_prompt(model, prompt_tokens)
     result["prompt_tokens"] = counted
     try:
@@ -161,6 +175,14 @@ def probe(client: EngineClient, model: str, prompt_tokens: int, baseline: Baseli
         return dict(result, verdict="inconclusive", answered=False, reason=(
             "/health answers 200 but a one-token completion got no answer in %g s: the engine is wedged"
             % timeout))
+    if failed is not None and timed and isinstance(failed, NotAlone):
+        # Short requests beside it every time (a chat's next turns): load the first scrape missed.
+        result["answered"] = True
+        snapshot = client.metrics()
+        result.update(_passive(client, snapshot, window, baseline, floor, window_max))
+        result["busy"] = True
+        return _judge_loaded(client, model, prompt_tokens, baseline, result, snapshot, timeout, floor, timed,
+                             load_margin)
     if failed is not None:
         # busy stays as scraped: a refused or failed completion (401, 500) is not load.
         return dict(result, verdict="inconclusive", answered=True, reason="warm-up: %s" % failed)
@@ -184,11 +206,79 @@ def probe(client: EngineClient, model: str, prompt_tokens: int, baseline: Baseli
                     reason="a probe got no answer while /health answers 200: %s" % exc)
     except _Busy as exc:
         result.update(_passive(client, exc.snapshot, window, baseline, floor, window_max))
-        return dict(result, verdict="inconclusive", busy=True, samples=[s.as_dict() for s in samples],
-                    reason="busy: another request ran during the probe; the passive reading stands in")
+        result["busy"] = True
+        return _judge_loaded(client, model, prompt_tokens, baseline, result, exc.snapshot, timeout, floor, timed,
+                             load_margin, quiet_samples=samples)
     return dict(result, verdict=verdict.verdict, reason=verdict.reason, ratio=verdict.ratio,
                 threshold=verdict.threshold, samples=[s.as_dict() for s in samples],
                 noise=limit.noise, reference=limit.reference)
+
+
+def _judge_loaded(client: EngineClient, model: str, prompt_tokens: int, baseline: Baseline | None, result: dict,
+                  snapshot: MetricsSnapshot, timeout: float, floor: float, timed: bool, load_margin: float,
+                  quiet_samples: t.Sequence = ()) -> dict:
+    """The verdict of a busy engine (the passive reading already in ``result``): the loaded samples'
+    when the engine times each request and nothing waits, else ``inconclusive`` with the reason.
+
+    ``timed`` says whether samples were taken and judged; ``passive_judged`` whether the diagnosis
+    may judge the passive rate instead: only for an engine that does not time its requests (other
+    traffic shapes inflate that rate, so an engine that does is never judged by it)."""
+    kept = [s.as_dict() for s in quiet_samples]
+    why = ("busy: another request ran during the probe; the passive reading stands in" if quiet_samples
+           else decide(baseline, busy=True).reason)
+    after = result.get("metrics_after") or {}
+    waiting = max(snapshot.waiting or 0, after.get("waiting") or 0)
+    passive = result.get("passive") or {}
+    untimed = dict(result, verdict="inconclusive", timed=False, passive_judged=not timed, samples=kept)
+    if not timed:
+        return dict(untimed, reason=why)
+    if baseline is None:
+        return dict(untimed, reason=decide(None).reason)
+    if passive.get("progress") is False:
+        return dict(untimed, reason="busy, and no token was computed in the window: no sample sent")
+    if waiting > 0:
+        return dict(untimed, reason=(
+            "busy with %d request(s) waiting: a sample would wait behind them, so none was sent and prefill "
+            "is not judged under this load" % waiting))
+    loaded = _loaded(client, model, prompt_tokens, baseline, timeout, floor, load_margin)
+    if "verdict" not in loaded:
+        # An engine started without the flag (before vllm_fleet_prefill_timed was set): the passive reading.
+        return dict(untimed, passive_judged=loaded.pop("untimed", False), **loaded)
+    return dict(result, passive_judged=False, **loaded)
+
+
+def _loaded(client: EngineClient, model: str, prompt_tokens: int, baseline: Baseline, timeout: float,
+            floor: float, load_margin: float) -> dict:
+    """Samples of a loaded engine, each timed by the engine itself (``EngineClient.timed_sample``):
+    the same fixed work as the baseline's, so they are judged as quiet ones, against the threshold
+    widened by ``load_margin`` (traffic only adds rows to a sample's engine step). A dict with the
+    verdict's fields, or with only ``reason`` when no verdict could be taken."""
+    limit = threshold(baseline, floor=floor)
+    widened = dataclasses.replace(limit, value=limit.value * load_margin)
+    samples = []
+    try:
+        prompt, counted = client.build_prompt(model, prompt_tokens)
+        client.timed_sample(model, prompt, timeout)  # the warm-up, discarded
+        for _ in range(2):
+            samples.append(client.timed_sample(model, prompt, timeout))
+        verdict = decide(baseline, [s.seconds_per_token for s in samples], limit=widened)
+        if verdict.needs_more:
+            for _ in range(GROUP_SIZE - 2):
+                samples.append(client.timed_sample(model, prompt, timeout))
+            verdict = decide(baseline, [s.seconds_per_token for s in samples[:2]],
+                             [s.seconds_per_token for s in samples[2:]], limit=widened)
+    except NoRequestMetrics as exc:
+        return {"reason": "busy, and %s; the passive reading stands in" % exc, "untimed": True}
+    except EngineTimeout as exc:
+        return {"reason": "busy, and a sample waited past %g s (%s): prefill is not judged under this load"
+                % (timeout, exc)}
+    except PrefillError as exc:
+        return {"reason": "busy, and a sample failed: %s" % exc}
+    reason = "under load, samples timed by the engine: %s (the threshold %.3fx widened by %.2f for load)" % (
+        verdict.reason, limit.value, load_margin)
+    return {"verdict": verdict.verdict, "reason": reason, "ratio": verdict.ratio, "threshold": verdict.threshold,
+            "samples": [dict(s.as_dict(), timed_by="engine") for s in samples], "prompt_tokens": counted,
+            "noise": limit.noise, "reference": limit.reference, "timed": True, "load_margin": load_margin}
 
 
 class _Busy(Exception):

@@ -287,6 +287,7 @@ def test_the_lab_engine(hosts):
         "world_size": 2,
         "probe_prompt_tokens": 1024,
         "prefill_threshold_floor": 1.5,
+        "prefill_timed": True,
         "problems": [],
     }]
 
@@ -397,6 +398,7 @@ SETTINGS = [
     ("vllm_install_home", "home", "/var/lib/vllm-b"),
     ("vllm_fleet_probe_prompt_tokens", "probe_prompt_tokens", 2000),
     ("vllm_fleet_prefill_threshold_floor", "prefill_threshold_floor", 1.4),
+    ("vllm_fleet_prefill_timed", "prefill_timed", False),
 ]
 
 
@@ -458,7 +460,7 @@ def test_every_engine_key_has_a_plain_default(key):
     # only use values it reads from the file as they are.
     assert key in DEFAULTS
     value = DEFAULTS[key]
-    assert isinstance(value, (str, int, float)) and not isinstance(value, bool), value
+    assert isinstance(value, (str, int, float)), value  # bool is an int: a plain default too
     assert not (isinstance(value, str) and ("{{" in value or "{%" in value)), value
 
 
@@ -1131,6 +1133,8 @@ def test_gate_upstreams_refuses_a_kv_override_that_is_no_count(override):
     ({"vllm_fleet_prefill_threshold_floor": 0.9}, "vllm_fleet_prefill_threshold_floor must be a number"),
     ({"vllm_fleet_prefill_threshold_floor": "nan"}, "vllm_fleet_prefill_threshold_floor"),
     ({"vllm_fleet_prefill_threshold_floor": True}, "vllm_fleet_prefill_threshold_floor"),
+    ({"vllm_fleet_prefill_timed": "sometimes"}, "vllm_fleet_prefill_timed must be true or false, got 'sometimes'"),
+    ({"vllm_fleet_prefill_timed": 1}, "vllm_fleet_prefill_timed must be true or false"),
 ])
 def test_record_refuses_bad_probe_settings(changes, match):
     hv = _lab(lab1=changes, lab2=changes)

@@ -116,8 +116,8 @@ def record(run_module, fake, path, **kw) -> dict:
     ({"refresh": "maybe"}, "argument 'refresh' is of type str and we were unable to convert to bool: "
                            "The value 'maybe' is not a valid boolean. Valid booleans include: "),
     ({"service": UNIT}, "Unsupported parameters for (basic.py) module: service. Supported parameters include: "
-                        "api_key, baseline_path, groups, keep_known_good, mode, model, prompt_tokens, refresh, "
-                        "threshold_floor, timeout, unit, url, window, window_max."),
+                        "api_key, baseline_path, groups, keep_known_good, load_margin, mode, model, prompt_tokens, "
+                        "refresh, threshold_floor, timed, timeout, unit, url, window, window_max."),
 ])
 def test_argument_errors(run_module, fake, path, params, msg):
     base = {} if "url" in params or params == {} else {"url": fake.url, "model": MODEL, "baseline_path": str(path)}

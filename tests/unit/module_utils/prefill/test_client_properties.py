@@ -409,3 +409,34 @@ def test_the_raw_engine_serves_a_probe():
     assert result["vllm_version"] == "0.32.0" and result["prompt_tokens"] == 16
     assert time.monotonic() - start < 10
     assert parse_metrics(METRICS_BODY).prompt_tokens == result["metrics_before"]["prompt_tokens"]
+
+
+# --- engine_prefill_seconds: a completion's own timing, from whatever JSON answered ------------
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children,
+                                                                                        max_size=4), max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSON, st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8), _JSON))
+def test_engine_prefill_seconds_is_a_positive_finite_figure_or_none(noise, ttft):
+    for data in (noise, {"metrics": noise}, {"metrics": {"time_to_first_token_ms": ttft}}):
+        value = pc.engine_prefill_seconds(data)
+        assert value is None or (isinstance(value, float) and 0 < value <= 86400 and math.isfinite(value))
+
+
+@pytest.mark.parametrize("ttft,seconds", [
+    (174.3, 0.1743), (1, 0.001), (0, None), (-5.0, None), (float("nan"), None), (float("inf"), None),
+    (10 ** 400, None), (True, None), ("174", None), (86400001, None), (None, None),
+])
+def test_engine_prefill_seconds_reads_milliseconds(ttft, seconds):
+    value = pc.engine_prefill_seconds({"metrics": {"time_to_first_token_ms": ttft}})
+    assert value == (pytest.approx(seconds) if seconds is not None else None)
+
+
+def test_engine_prefill_seconds_of_the_real_answer():
+    # The lab's vLLM 0.32.0 with --enable-per-request-metrics (tests/fixtures/prefill/README.md).
+    data = json.loads((FIXTURES / "completion-timed.json").read_bytes())
+    assert pc.engine_prefill_seconds(data) == pytest.approx(data["metrics"]["time_to_first_token_ms"] / 1000)
+    assert pc.engine_prefill_seconds(json.loads(COMPLETION_BODY)) is None

@@ -20,7 +20,7 @@ from prefill_fake import MODEL, PER_TOKEN, VERSION, FakeVllm, closed_port
 TOKENS = 32
 WINDOW = 0.05
 RESULT_KEYS = {"verdict", "reason", "ratio", "threshold", "samples", "health_status", "answered", "busy", "passive",
-               "metrics_before", "metrics_after", "vllm_version", "prompt_tokens"}
+               "metrics_before", "metrics_after", "vllm_version", "prompt_tokens", "timed", "passive_judged"}
 PASSIVE_KEYS = {"window_s", "seconds_per_token", "requests", "tokens", "seconds", "preemptions", "reason", "ratio",
                 "progress"}
 
@@ -249,6 +249,103 @@ def test_busy_preempting_diagnosed_with_the_flag(fake, client):
     v = diagnosis.diagnose(run(client), None, {"scheduler_reserve_full_isl": False})
     assert v["verdict"] == "preempting"
     assert "--no-scheduler-reserve-full-isl" in v["advice"][0]
+
+
+# --- busy, and the engine times each request: the same work, judged ---------------------------
+# Issue 39: under other traffic shapes the passive rate misreads a healthy engine. An engine that
+# times each request (--enable-per-request-metrics) is sampled under load with the baseline's own
+# fixed work, and the passive rate no longer judges it.
+
+def _loaded_traffic(fake, passive_ratio: float) -> None:
+    # Others' requests finish with a passive rate of passive_ratio x the baseline: the cached-prefix
+    # chat of issue 39 read 3.12-4.39x on a healthy engine.
+    fake.running = 3.0
+    fake.per_scrape = (1, 100, 100 * PER_TOKEN * passive_ratio, 0)
+
+
+def test_timed_busy_healthy_engine_read_healthy_whatever_the_passive_rate(fake, client):
+    _loaded_traffic(fake, 4.4)
+    fake.timed = True
+    r = run(client, timed=True)
+    assert (r["verdict"], r["busy"], r["timed"], r["passive_judged"]) == ("healthy", True, True, False)
+    assert r["ratio"] == pytest.approx(1.0) and r["threshold"] == pytest.approx(FLOOR * 1.25)
+    assert "samples timed by the engine" in r["reason"]
+    assert [s["timed_by"] for s in r["samples"]] == ["engine", "engine"]
+    assert len(fake.completions) == 3  # the warm-up and two samples
+    assert r["passive"]["ratio"] == pytest.approx(4.4)  # kept as evidence
+    v = diagnosis.diagnose(r)
+    assert v["verdict"] == "healthy", v["summary"]
+    assert "1.00x its baseline, timed by the engine" in v["summary"]
+
+
+def test_timed_busy_slow_engine_read_degraded(fake, client):
+    _loaded_traffic(fake, 1.0)
+    fake.timed, fake.scale = True, 3.0
+    r = run(client, timed=True)
+    assert (r["verdict"], r["timed"]) == ("degraded", True)
+    assert r["ratio"] == pytest.approx(3.0)
+    assert len(fake.completions) == 5  # two more once the first two looked slow
+    v = diagnosis.diagnose(r)
+    assert v["verdict"] == "prefill-degraded"
+    assert v["summary"].startswith("under load, timed by the engine, prefill 3.00x its baseline")
+
+
+def test_timed_busy_load_margin_widens_the_threshold(fake, client):
+    # 1.6x: degraded quiet against a 1.5 floor, healthy under load with the default margin (1.875).
+    _loaded_traffic(fake, 1.0)
+    fake.timed, fake.scale = True, 1.6
+    assert run(client, timed=True, floor=1.5)["verdict"] == "healthy"
+    assert run(client, timed=True, floor=1.5, load_margin=1.0)["verdict"] == "degraded"
+
+
+def test_timed_busy_with_requests_waiting_sends_nothing_and_judges_no_passive_rate(fake, client):
+    _loaded_traffic(fake, 4.4)
+    fake.waiting = 1.0
+    fake.timed = True
+    r = run(client, timed=True)
+    assert fake.completions == []
+    assert (r["verdict"], r["timed"], r["passive_judged"]) == ("inconclusive", False, False)
+    assert "1 request(s) waiting" in r["reason"]
+    v = diagnosis.diagnose(r)
+    assert v["verdict"] == "healthy", v["summary"]
+    assert "prefill not judged" in v["summary"]
+
+
+def test_timed_busy_engine_without_the_flag_falls_back_to_the_passive_rate(fake, client):
+    # An engine started before vllm_fleet_prefill_timed: its answers carry no timing.
+    _loaded_traffic(fake, 3.0)
+    r = run(client, timed=True)
+    assert (r["verdict"], r["timed"], r["passive_judged"]) == ("inconclusive", False, True)
+    assert "without --enable-per-request-metrics" in r["reason"]
+    assert len(fake.completions) == 1  # the warm-up told
+    assert diagnosis.diagnose(r)["verdict"] == "prefill-degraded"
+
+
+def test_timed_busy_without_progress_sends_nothing(fake, client):
+    fake.running, fake.timed = 1.0, True
+    r = run(client, timed=True)
+    assert fake.completions == [] and r["verdict"] == "inconclusive"
+    assert diagnosis.diagnose(r)["verdict"] == "wedged"
+
+
+def test_timed_short_requests_the_first_scrape_missed_are_load_too(fake, client, fast_settle):
+    # A chat's 4-token turns: nothing runs at the instant of a scrape, yet another prefill finishes
+    # beside every warm-up. Untimed that was "warm-up: ... did not move by exactly one request".
+    fake.per_scrape = (1, 100, 100 * PER_TOKEN * 4.4, 0)
+    fake.timed = True
+    r = run(client, timed=True)
+    assert (r["verdict"], r["busy"], r["timed"], r["answered"]) == ("healthy", True, True, True)
+    assert diagnosis.diagnose(r)["verdict"] == "healthy"
+    untimed = run(client)
+    assert untimed["verdict"] == "inconclusive" and untimed["reason"].startswith("warm-up: ")
+
+
+def test_untimed_busy_is_as_before(fake, client):
+    _loaded_traffic(fake, 3.0)
+    fake.timed = True
+    r = run(client)
+    assert fake.completions == []
+    assert (r["timed"], r["passive_judged"]) == (False, True)
 
 
 def test_another_request_during_the_probe(fake, client, fast_settle):
