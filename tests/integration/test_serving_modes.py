@@ -233,7 +233,23 @@ def test_the_direct_cutover_under_load_has_zero_errors_and_zero_fallbacks(client
     assert_scenario_passed("gate_service", VIA_GATE["scenario"], short=True)
 
 
+def engine_requests() -> float:
+    """Requests running or waiting on the engine, from its /metrics (no key: vLLM's --api-key guards /v1)."""
+    import urllib.request
+
+    text = urllib.request.urlopen("http://10.200.0.11:8000/metrics", timeout=10).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(("vllm:num_requests_running{", "vllm:num_requests_waiting{")))
+
+
 def test_a_cutover_with_a_wedged_engine_leaves_the_consumers_where_they_were(client, play):
+    # The session client is stopped, and the engine idle, before the wedge: a request stopped
+    # between its scheduling and its first token counts the whole wedge as its prefill time, and
+    # the watch's passive prefill rule then pages for its 2-minute window, which test_watch.py's
+    # quiet proof reads (a fault this test made, not the engine's). The proof here is the
+    # consumers' files, which need no load.
+    on_host("lab3", f"systemctl stop {CLIENT}")
+    wait_for(lambda: engine_requests() == 0, 60, "the engine idle once the session client stopped")
     before = endpoint_env()
     lab_sh("fault", "wedge", "lab1")
     try:
@@ -242,8 +258,11 @@ def test_a_cutover_with_a_wedged_engine_leaves_the_consumers_where_they_were(cli
         assert r.rc != 0
     finally:
         lab_sh("fault", "unwedge", "lab1")
+        on_host("lab3", f"systemctl start {CLIENT}")
     assert endpoint_env() == before
     assert on_host("lab3", "systemctl is-active vllm-fleet-gate.service").strip() != "active"
+    since = now_ts()
+    wait_for(lambda: summary(since)["outcomes"].get("ok", 0) >= 3, 60, "the client's answers again")
 
 
 def mode_record() -> dict:
