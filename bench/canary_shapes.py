@@ -46,14 +46,9 @@ REPO = Path(__file__).resolve().parents[1]
 runpy.run_path(str(REPO / "plugins" / "module_utils_path.py"))
 
 from ansible.module_utils.prefill.client import EngineClient, engine_prefill_seconds  # noqa: E402
+from ansible.module_utils.prefill.decision import GROUP_SIZE as GROUP  # noqa: E402
+from ansible.module_utils.prefill.decision import statistic  # noqa: E402
 from ansible.module_utils.prefill.errors import PrefillError  # noqa: E402
-
-GROUP = 4
-
-
-def fastest_half_mean(values: list[float]) -> float:
-    best = sorted(values)[: max(1, len(values) // 2)]
-    return sum(best) / len(best)
 
 
 class Canary(threading.Thread):
@@ -162,7 +157,7 @@ class Load:
 def summary(samples: list[dict], phase: str, baseline: float | None) -> dict:
     rows = [s for s in samples if s.get("phase") == phase and "spt" in s]
     errors = sum(1 for s in samples if s.get("phase") == phase and "error" in s)
-    stats = [fastest_half_mean([r["spt"] for r in rows[i - GROUP:i]]) for i in range(GROUP, len(rows) + 1)]
+    stats = [statistic([r["spt"] for r in rows[i - GROUP:i]]) for i in range(GROUP, len(rows) + 1)]
     out = {"phase": phase, "samples": len(rows), "errors": errors}
     if rows:
         out["median_spt"] = statistics.median(r["spt"] for r in rows)
@@ -214,7 +209,7 @@ def main(argv=None) -> int:
             load.end()
             row = summary(canary.samples, phase, baseline)
             if shape == "idle" and not slowed and "median_spt" in row:
-                baseline = fastest_half_mean([s["spt"] for s in canary.samples if s.get("phase") == phase])
+                baseline = statistic([s["spt"] for s in canary.samples if s.get("phase") == phase])
                 row = summary(canary.samples, phase, baseline)
             row.update(load_ok=load.ok, load_failed=load.failed)
             results.append(row)

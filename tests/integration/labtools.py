@@ -198,6 +198,20 @@ def on_host(host: str, cmd: str) -> str:
     return lab_sh("ssh", host, cmd, check=False).stdout
 
 
+def engine_metrics(base_url: str = "http://10.200.0.11:8000") -> dict:
+    """running, waiting and preemptions from an engine head's /metrics, summed over its series
+    (no key: vLLM's --api-key guards /v1 only)."""
+    import urllib.request
+
+    text = urllib.request.urlopen(base_url + "/metrics", timeout=10).read().decode()
+    out = {}
+    for line in text.splitlines():
+        for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:num_preemptions_total"):
+            if line.startswith(name + "{"):
+                out[name.split(":")[1]] = out.get(name.split(":")[1], 0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
 def invocation(host: str, unit: str) -> str:
     """The unit's InvocationID: it changes with every start."""
     return on_host(host, f"systemctl show -p InvocationID --value {unit}").strip()

@@ -32,6 +32,7 @@ from labtools import (
     HUB_B,
     HUB_CUT,
     engine_key,
+    engine_metrics,
     fake_hub_down,
     fake_hub_up,
     hub_folder,
@@ -120,16 +121,8 @@ def diagnose(play, tmp_path: Path, *args: str, extravars: dict | None = None) ->
 
 
 def scrape() -> dict:
-    """running, waiting and preemptions from the engine's /metrics."""
-    import urllib.request
-
-    text = urllib.request.urlopen(BASE_URL + "/metrics", timeout=10).read().decode()
-    out = {}
-    for line in text.splitlines():
-        for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:num_preemptions_total"):
-            if line.startswith(name + "{"):
-                out[name.split(":")[1]] = out.get(name.split(":")[1], 0) + float(line.rsplit(" ", 1)[1])
-    return out
+    """running, waiting and preemptions from the head's /metrics."""
+    return engine_metrics(BASE_URL)
 
 
 class Sessions:

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 import pytest
 from labtools import (
     consumer_app,
+    engine_metrics,
     files_holding,
     finish,
     interrupt,
@@ -234,12 +235,9 @@ def test_the_direct_cutover_under_load_has_zero_errors_and_zero_fallbacks(client
 
 
 def engine_requests() -> float:
-    """Requests running or waiting on the engine, from its /metrics (no key: vLLM's --api-key guards /v1)."""
-    import urllib.request
-
-    text = urllib.request.urlopen("http://10.200.0.11:8000/metrics", timeout=10).read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(("vllm:num_requests_running{", "vllm:num_requests_waiting{")))
+    """Requests running or waiting on the engine."""
+    counts = engine_metrics()
+    return counts.get("num_requests_running", 0) + counts.get("num_requests_waiting", 0)
 
 
 def test_a_cutover_with_a_wedged_engine_leaves_the_consumers_where_they_were(client, play):

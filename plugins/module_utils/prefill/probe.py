@@ -163,10 +163,10 @@ def probe(client: EngineClient, model: str, prompt_tokens: int, baseline: Baseli
         if not ok:
             result.update(_passive(client, first, window, None, floor, window_max))
             return dict(result, verdict="inconclusive", reason=why)
+    busy = dict(window=window, window_max=window_max, timeout=timeout, floor=floor, timed=timed,
+                load_margin=load_margin)
     if result["busy"]:
-        result.update(_passive(client, first, window, baseline, floor, window_max))
-        return _judge_loaded(client, model, prompt_tokens, baseline, result, first, timeout, floor, timed,
-                             load_margin)
+        return _busy(client, model, prompt_tokens, baseline, result, first, **busy)
     prompt, counted = client.build_prompt(model, prompt_tokens)
     result["prompt_tokens"] = counted
     try:
@@ -177,12 +177,8 @@ def probe(client: EngineClient, model: str, prompt_tokens: int, baseline: Baseli
             % timeout))
     if failed is not None and timed and isinstance(failed, NotAlone):
         # Short requests beside it every time (a chat's next turns): load the first scrape missed.
-        result["answered"] = True
-        snapshot = client.metrics()
-        result.update(_passive(client, snapshot, window, baseline, floor, window_max))
-        result["busy"] = True
-        return _judge_loaded(client, model, prompt_tokens, baseline, result, snapshot, timeout, floor, timed,
-                             load_margin)
+        return _busy(client, model, prompt_tokens, baseline, dict(result, answered=True), client.metrics(),
+                     prompt=(prompt, counted), **busy)
     if failed is not None:
         # busy stays as scraped: a refused or failed completion (401, 500) is not load.
         return dict(result, verdict="inconclusive", answered=True, reason="warm-up: %s" % failed)
@@ -205,24 +201,25 @@ def probe(client: EngineClient, model: str, prompt_tokens: int, baseline: Baseli
         return dict(result, verdict="inconclusive", answered=False, samples=[s.as_dict() for s in samples],
                     reason="a probe got no answer while /health answers 200: %s" % exc)
     except _Busy as exc:
-        result.update(_passive(client, exc.snapshot, window, baseline, floor, window_max))
-        result["busy"] = True
-        return _judge_loaded(client, model, prompt_tokens, baseline, result, exc.snapshot, timeout, floor, timed,
-                             load_margin, quiet_samples=samples)
+        return _busy(client, model, prompt_tokens, baseline, result, exc.snapshot, prompt=(prompt, counted),
+                     quiet_samples=samples, **busy)
     return dict(result, verdict=verdict.verdict, reason=verdict.reason, ratio=verdict.ratio,
                 threshold=verdict.threshold, samples=[s.as_dict() for s in samples],
                 noise=limit.noise, reference=limit.reference)
 
 
-def _judge_loaded(client: EngineClient, model: str, prompt_tokens: int, baseline: Baseline | None, result: dict,
-                  snapshot: MetricsSnapshot, timeout: float, floor: float, timed: bool, load_margin: float,
-                  quiet_samples: t.Sequence = ()) -> dict:
-    """The verdict of a busy engine (the passive reading already in ``result``): the loaded samples'
-    when the engine times each request and nothing waits, else ``inconclusive`` with the reason.
+def _busy(client: EngineClient, model: str, prompt_tokens: int, baseline: Baseline | None, result: dict,
+          snapshot: MetricsSnapshot, window: float, window_max: float | None, timeout: float, floor: float,
+          timed: bool, load_margin: float, prompt: tuple[str, int] | None = None,
+          quiet_samples: t.Sequence = ()) -> dict:
+    """The verdict of a busy engine: the passive reading from ``snapshot`` on, then the loaded
+    samples' when the engine times each request and nothing waits, else ``inconclusive`` with the
+    reason. ``prompt``: the probe's prompt and its count, when the quiet path built it already.
 
     ``timed`` says whether samples were taken and judged; ``passive_judged`` whether the diagnosis
     may judge the passive rate instead: only for an engine that does not time its requests (other
     traffic shapes inflate that rate, so an engine that does is never judged by it)."""
+    result = dict(result, busy=True, **_passive(client, snapshot, window, baseline, floor, window_max))
     kept = [s.as_dict() for s in quiet_samples]
     why = ("busy: another request ran during the probe; the passive reading stands in" if quiet_samples
            else decide(baseline, busy=True).reason)
@@ -240,14 +237,18 @@ def _judge_loaded(client: EngineClient, model: str, prompt_tokens: int, baseline
         return dict(untimed, reason=(
             "busy with %d request(s) waiting: a sample would wait behind them, so none was sent and prefill "
             "is not judged under this load" % waiting))
-    loaded = _loaded(client, model, prompt_tokens, baseline, timeout, floor, load_margin)
+    try:
+        built = prompt or client.build_prompt(model, prompt_tokens)
+    except PrefillError as exc:
+        return dict(untimed, reason="busy, and the probe's prompt could not be built: %s" % exc)
+    loaded = _loaded(client, model, built, baseline, timeout, floor, load_margin)
     if "verdict" not in loaded:
         # An engine started without the flag (before vllm_fleet_prefill_timed was set): the passive reading.
         return dict(untimed, passive_judged=loaded.pop("untimed", False), **loaded)
     return dict(result, passive_judged=False, **loaded)
 
 
-def _loaded(client: EngineClient, model: str, prompt_tokens: int, baseline: Baseline, timeout: float,
+def _loaded(client: EngineClient, model: str, built: tuple[str, int], baseline: Baseline, timeout: float,
             floor: float, load_margin: float) -> dict:
     """Samples of a loaded engine, each timed by the engine itself (``EngineClient.timed_sample``):
     the same fixed work as the baseline's, so they are judged as quiet ones, against the threshold
@@ -256,8 +257,8 @@ def _loaded(client: EngineClient, model: str, prompt_tokens: int, baseline: Base
     limit = threshold(baseline, floor=floor)
     widened = dataclasses.replace(limit, value=limit.value * load_margin)
     samples = []
+    prompt, counted = built
     try:
-        prompt, counted = client.build_prompt(model, prompt_tokens)
         client.timed_sample(model, prompt, timeout)  # the warm-up, discarded
         for _ in range(2):
             samples.append(client.timed_sample(model, prompt, timeout))

@@ -336,8 +336,11 @@ def test_timed_short_requests_the_first_scrape_missed_are_load_too(fake, client,
     r = run(client, timed=True)
     assert (r["verdict"], r["busy"], r["timed"], r["answered"]) == ("healthy", True, True, True)
     assert diagnosis.diagnose(r)["verdict"] == "healthy"
+    built_once = fake.paths.count("/tokenize")
     untimed = run(client)
     assert untimed["verdict"] == "inconclusive" and untimed["reason"].startswith("warm-up: ")
+    # The loaded samples reuse the prompt the quiet path built: no second /tokenize round.
+    assert fake.paths.count("/tokenize") == 2 * built_once
 
 
 def test_untimed_busy_is_as_before(fake, client):
