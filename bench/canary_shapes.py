@@ -14,12 +14,8 @@ The statistic is the probe's: the mean of the fastest half of the newest 4 sampl
 runs one traffic shape for ``--phase-s`` seconds while the canary samples every ``--interval-s``:
 
     idle           no traffic (the baseline's conditions)
-    session        the lab's session client's shape: 3 sessions, a 1,536-token context growing by
-                   128 tokens a turn, 16-token answers, 1.5 s between turns
-    chat-cached    3 sessions back to back, each a fixed ~600-token prefix (prefix-cached) plus a
-                   short new turn, 4-token answers (issue 39's agent shape)
-    decode-heavy   3 sessions back to back, a short prompt, 200-token answers
-    bursts         every 4 s, 4 fresh 256-token prompts at once, 1 token each
+    session, chat-cached, decode-heavy, bursts, mix
+                   lab/traffic/shapes.py's shapes, sent with the official openai client
 
 With ``--knob HOST`` the run applies the lab's slow-prefill knob (``lab/lab.sh fault slow-prefill``)
 after the healthy phases and repeats them slowed, then takes it off. A lab job: never beside
@@ -32,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import runpy
 import secrets
 import statistics
@@ -44,11 +39,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 runpy.run_path(str(REPO / "plugins" / "module_utils_path.py"))
+sys.path.insert(0, str(REPO / "lab" / "traffic"))
 
 from ansible.module_utils.prefill.client import EngineClient, engine_prefill_seconds  # noqa: E402
 from ansible.module_utils.prefill.decision import GROUP_SIZE as GROUP  # noqa: E402
 from ansible.module_utils.prefill.decision import statistic  # noqa: E402
 from ansible.module_utils.prefill.errors import PrefillError  # noqa: E402
+from shapes import Load  # noqa: E402  (lab/traffic/shapes.py: the project's traffic shapes)
 
 
 class Canary(threading.Thread):
@@ -87,71 +84,6 @@ class Canary(threading.Thread):
             except (PrefillError, OSError) as exc:
                 self.samples.append({"phase": self.phase, "at": time.time(), "error": str(exc)[:200]})
             self.stop.wait(max(0.0, self.interval_s - (time.monotonic() - began)))
-
-
-class Load:
-    """One traffic shape: threads that send until stopped; counts answers and errors."""
-
-    def __init__(self, url, api_key, model, shape):
-        self.url, self.key, self.model, self.shape = url, api_key, model, shape
-        self.stop = threading.Event()
-        self.ok = self.failed = 0
-        self.threads: list[threading.Thread] = []
-
-    def _send(self, client, prompt, max_tokens, salt=None):
-        body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
-        if salt:
-            body["cache_salt"] = salt
-        try:
-            client.json("POST", "/v1/completions", body)
-            self.ok += 1
-        except (PrefillError, OSError):
-            self.failed += 1
-
-    def _session(self, index):
-        client = EngineClient(self.url, timeout=60, api_key=self.key)
-        rnd = random.Random(index)
-        words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
-        if self.shape == "chat-cached":
-            prefix = " ".join(rnd.choice(words) for _ in range(600))
-            while not self.stop.is_set():
-                turn = " ".join(rnd.choice(words) for _ in range(rnd.randint(10, 40)))
-                self._send(client, prefix + " " + turn, 4)
-        elif self.shape == "decode-heavy":
-            while not self.stop.is_set():
-                self._send(client, " ".join(rnd.choice(words) for _ in range(30)), 200)
-        elif self.shape == "session":
-            # About 1,500 tokens of context and 128 new a turn (a word of these is about 2.75 tokens).
-            context = [rnd.choice(words) for _ in range(540)]
-            while not self.stop.is_set():
-                context = (context + [rnd.choice(words) for _ in range(46)])[-540:]
-                self._send(client, " ".join(context), 16)
-                self.stop.wait(1.5)
-
-    def _bursts(self):
-        rnd = random.Random(7)
-        words = "one two three four five six seven eight nine ten".split()
-        while not self.stop.is_set():
-            burst = [threading.Thread(target=self._send, daemon=True, args=(
-                EngineClient(self.url, timeout=60, api_key=self.key),
-                " ".join(rnd.choice(words) for _ in range(256)), 1, secrets.token_hex(8))) for _ in range(4)]
-            for thread in burst:
-                thread.start()
-            for thread in burst:
-                thread.join()
-            self.stop.wait(4)
-
-    def start(self):
-        targets = [self._bursts] if self.shape == "bursts" else [
-            (lambda i=i: self._session(i)) for i in range(3)] if self.shape != "idle" else []
-        self.threads = [threading.Thread(target=target, daemon=True) for target in targets]
-        for thread in self.threads:
-            thread.start()
-
-    def end(self):
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(90)
 
 
 def summary(samples: list[dict], phase: str, baseline: float | None) -> dict:
@@ -201,17 +133,19 @@ def main(argv=None) -> int:
                                stdout=subprocess.DEVNULL)
                 knob_on = True
             phase = shape + (" +knob" if slowed else "")
-            load = Load(opts.url, key, opts.model, shape)
-            load.start()
+            load = Load(opts.url, key, shape, opts.model) if shape != "idle" else None
+            if load:
+                load.start()
             canary.phase = phase
             time.sleep(opts.phase_s)  # a measurement window, not a wait for a state
             canary.phase = "between"
-            load.end()
+            if load:
+                load.end()
             row = summary(canary.samples, phase, baseline)
             if shape == "idle" and not slowed and "median_spt" in row:
                 baseline = statistic([s["spt"] for s in canary.samples if s.get("phase") == phase])
                 row = summary(canary.samples, phase, baseline)
-            row.update(load_ok=load.ok, load_failed=load.failed)
+            row.update(load_ok=load.ok if load else 0, load_failed=load.failed if load else 0)
             results.append(row)
             print(json.dumps(row), flush=True)
     finally:

@@ -294,6 +294,9 @@ class FakeVllm:
             if self.on_completion is not None:
                 self.on_completion(self, index)
         usage = dict(COMPLETION["usage"], prompt_tokens=tokens, total_tokens=tokens + 1)
+        if body.get("ignore_eos") and body.get("max_tokens"):
+            # As vLLM: every asked token comes back when the end of sequence is ignored.
+            usage = dict(usage, completion_tokens=body["max_tokens"], total_tokens=tokens + body["max_tokens"])
         answer = self.answers.get(body["prompt"]) if body.get("logprobs") is not None else None
         if answer is not None:
             choice = dict(COMPLETION["choices"][0], text=answer["text"],

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# lab/traffic/shapes.py: the project's traffic shapes (issue 39), sent by the tests as an application.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lab" / "traffic"))
 
 import labbudget  # noqa: E402
 from labtools import REPO, on_host, run_playbook  # noqa: E402

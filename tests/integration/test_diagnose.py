@@ -288,6 +288,36 @@ def test_three_sessions_the_third_waits_kv_bound(play, tmp_path):
     assert v["evidence"]["preemptions_in_window"] == 0
 
 
+def test_other_traffic_reads_healthy_and_the_knob_under_it_degraded(play, tmp_path):
+    """3. Issue 39: traffic unlike the seed's sessions (lab/traffic/shapes.py's mix, through the
+    official openai client: a chat session on a cached prefix with 4-token turns, a decode-heavy
+    session with 200-token answers, and bursts of fresh prompts) reads healthy, from the same
+    fixed work as the baseline timed by the engine; under the same traffic the slow-prefill knob
+    reads prefill-degraded. The passive rate misread both shapes (docs/diagnose.md, "Under load").
+    Sized for the small pool: nothing waits, so the probe samples."""
+    from shapes import Load
+
+    mix = dict(prefix_words=300, burst=2, burst_words=100)
+    with Load(BASE_URL, engine_key(), "mix", **mix) as load:
+        wait_for(lambda: load.ok >= 20, 120, "the mix's first answers")
+        healthy = diagnose(play, tmp_path)
+        for host in ("lab1", "lab2"):
+            lab_sh("fault", "slow-prefill", host)
+        try:
+            slowed = diagnose(play, tmp_path)
+        finally:
+            for host in ("lab1", "lab2"):
+                lab_sh("fault", "slow-prefill-off", host, check=False)
+    assert load.failed == 0, load.errors[:5]
+    print(f"under the mix ({load.ok} answers): {healthy['verdict']} {healthy['evidence']['ratio']}x,"
+          f" the knob {slowed['verdict']} {slowed['evidence']['ratio']}x (threshold"
+          f" {slowed['evidence']['threshold']}, passive {healthy['evidence']['passive_ratio']}x healthy)")
+    assert healthy["verdict"] == "healthy", healthy
+    assert slowed["verdict"] == "prefill-degraded", slowed
+    for v in (healthy, slowed):
+        assert "timed by the engine" in v["summary"], v["summary"]
+
+
 def test_slow_prefill_reads_degraded(play, tmp_path):
     """4. The slow-down: degraded with the ratio and uptime, and the restart named as the cure
     (test_restart.py proves the cure: the rolling restart under load)."""
