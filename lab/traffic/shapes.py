@@ -9,6 +9,9 @@ ordinary traffic, not only under the client its margins were first tuned on).
     session        the lab's session client's shape: a context growing by a turn, 16-token
                    answers, 1.5 s between turns
     mix            one chat-cached session, one decode-heavy session and the bursts, at once
+    seed           the field's own: full-context sessions back to back, each a fresh prompt of about
+                   1,800 tokens (a new cache_salt) and a 100-token answer; on a pool of 2.31
+                   contexts two run and the third waits
 
 Run on the controller against an engine's URL (``http://10.200.0.11:8000``, ``/v1`` added if missing);
 imported by the lab tests (tests/integration/test_diagnose.py) and the benchmark
@@ -24,7 +27,7 @@ import random
 import secrets
 import threading
 
-SHAPES = ("chat-cached", "decode-heavy", "bursts", "session", "mix")
+SHAPES = ("chat-cached", "decode-heavy", "bursts", "session", "mix", "seed")
 _WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
 _BURST_WORDS = "one two three four five six seven eight nine ten".split()
 
@@ -34,11 +37,12 @@ class Load:
 
     ``sessions``: concurrent sessions of a session shape (the mix runs one of each);
     ``prefix_words``: chat-cached's fixed prefix; ``burst``: prompts in a burst, of
-    ``burst_words`` words each. The defaults are the benchmark's; a small KV pool wants smaller."""
+    ``burst_words`` words each; ``seed_words``: the seed's prompt. The defaults are the
+    benchmark's; a small KV pool wants smaller."""
 
     def __init__(self, base_url: str, api_key: str | None, shape: str, model: str = "tiny", *,
                  sessions: int = 3, prefix_words: int = 600, burst: int = 4, burst_words: int = 256,
-                 timeout: float = 60.0):
+                 seed_words: int = 650, timeout: float = 120.0):
         if shape not in SHAPES:
             raise ValueError(f"unknown traffic shape {shape!r}: one of {', '.join(SHAPES)}")
         import openai
@@ -49,7 +53,7 @@ class Load:
         self._api_error = (openai.APIError, OSError)
         self.shape, self.model = shape, model
         self.sessions, self.prefix_words = sessions, prefix_words
-        self.burst, self.burst_words = burst, burst_words
+        self.burst, self.burst_words, self.seed_words = burst, burst_words, seed_words
         self.stop = threading.Event()
         self.ok = self.failed = 0
         self.errors: list[str] = []
@@ -94,6 +98,12 @@ class Load:
             self._send(" ".join(context), 16)
             self.stop.wait(1.5)
 
+    def _seed(self, index: int) -> None:
+        rnd = random.Random(400 + index)
+        prompt = " ".join(rnd.choice(_WORDS) for _ in range(self.seed_words))
+        while not self.stop.is_set():
+            self._send(prompt, 100, secrets.token_hex(8))
+
     def _bursts(self, index: int) -> None:
         rnd = random.Random(300 + index)
         while not self.stop.is_set():
@@ -108,7 +118,7 @@ class Load:
 
     def _targets(self) -> list:
         one = {"chat-cached": self._chat_cached, "decode-heavy": self._decode_heavy,
-               "session": self._session, "bursts": self._bursts}
+               "session": self._session, "bursts": self._bursts, "seed": self._seed}
         if self.shape == "mix":
             return [(self._chat_cached, 0), (self._decode_heavy, 0), (self._bursts, 0)]
         if self.shape == "bursts":

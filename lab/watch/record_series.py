@@ -8,6 +8,8 @@ engine, the canary and node-exporter while one scenario ran. Run on a converged 
 
     .venv/bin/python lab/watch/record_series.py healthy-idle healthy-loaded slow-prefill wedge kill-ray-worker host-stop
 
+kv-bound wants the field's small pool first (tests/integration/test_diagnose.py's engine:
+``--num-gpu-blocks-override 37 --max-num-batched-tokens 512``, through playbooks/engine.yml).
 Scenarios that break the engine leave it broken: re-run site.yml after them. Each
 writes tests/fixtures/watch/<scenario>.json: the scenario, the window, the step and
 every series (labels and [unix time, value] pairs) as Prometheus returned them.
@@ -31,8 +33,9 @@ STEP_S = 5
 # Every series a rule reads (roles/fleet_watch/templates/etc/prometheus/vllm-fleet/rules.yml.j2).
 SELECTOR = ('{__name__=~"up|probe_success|vllm:(request_prefill_time_seconds_sum|'
             'request_prefill_kv_computed_tokens_sum|iteration_tokens_total_count|num_preemptions_total|'
-            'kv_cache_usage_perc|num_requests_waiting|num_requests_running)|vllm_fleet_.*"}')
+            'kv_cache_usage_perc|num_requests_waiting|num_requests_waiting_by_reason|num_requests_running)|vllm_fleet_.*"}')
 CLIENT = "vllm-fleet-session-client.service"
+HEAD_URL = "http://10.200.0.11:8000"
 
 
 def lab(*args: str) -> None:
@@ -65,12 +68,32 @@ SCENARIOS = {
                         "the worker's Ray worker processes killed (-9); no traffic"),
     "host-stop": (150, [("lab", "fault", "host-stop", "lab1")], [("lab", "fault", "host-start", "lab1")],
                   "the head host powered off; no traffic"),
+    # On the field's small pool (tests/integration/test_diagnose.py's engine: 4,736 tokens, 2.31
+    # contexts of 2,048): two sessions run and the third waits, for longer than every for:.
+    "kv-bound": (420, [("load", "seed")], [("end-load",)],
+                 "the seed's shape: 3 full-context sessions (about 1,800-token fresh prompts, 100-token"
+                 " answers) through the openai client on a 2.31-context pool; the third waits"),
 }
+
+
+_LOADS: list = []
 
 
 def run(step: tuple) -> None:
     if step[0] == "host":
         on_host(step[1], step[2])
+    elif step[0] == "load":
+        # lab/traffic/shapes.py's shape, sent from here with the official openai client.
+        sys.path[:0] = [str(ROOT / "lab" / "traffic"), str(ROOT / "tests" / "integration")]
+        from labtools import engine_key
+        from shapes import Load
+
+        _LOADS.append(Load(HEAD_URL, engine_key(), step[1]).start())
+    elif step[0] == "end-load":
+        while _LOADS:
+            load = _LOADS.pop()
+            load.end()
+            print(f"  the load: {load.ok} answered, {load.failed} failed {load.errors[:3]}", flush=True)
     else:
         lab(*step[1:])
 
