@@ -21,16 +21,22 @@ def _logic():
     return diagnosis
 
 
-def engine_diagnosis(probe, kv=None, flags=None, context_tokens=None, engine="", inventory_arg=""):
-    """``vllm_prefill_probe`` + ``vllm_kv_cache_info`` + ``vllm_flags_info`` results -> the verdict dict,
-    its advice's commands naming ``inventory_arg`` (vllm_fleet_inventory_arg)."""
+def engine_diagnosis(probe, kv=None, flags=None, context_tokens=None, engine="", inventory_arg="", gpu=None):
+    """``vllm_prefill_probe`` + ``vllm_kv_cache_info`` + ``vllm_flags_info`` results (and ``gpu``: host ->
+    ``gpu_state_brief`` of gpu_state_info's there) -> the verdict dict, its advice's commands naming
+    ``inventory_arg`` (vllm_fleet_inventory_arg)."""
     logic = _logic()
     try:
         # Anything but a mapping goes to diagnose as it is, which names what it needs.
         return logic.diagnose(dict(probe) if isinstance(probe, Mapping) else probe, kv, flags, context_tokens,
-                              engine, inventory_arg)
+                              engine, inventory_arg, gpu=dict(gpu) if isinstance(gpu, Mapping) else None)
     except logic.DiagnosisError as exc:
         raise AnsibleFilterError(str(exc)) from None
+
+
+def gpu_state_brief(result):
+    """gpu_state_info's result on one host (a loop item's) -> {present, throttled, reason}."""
+    return _logic().gpu_brief(dict(result) if isinstance(result, Mapping) else result)
 
 
 def recovery_summary(slurped):
@@ -52,4 +58,5 @@ def recovery_summary(slurped):
 
 class FilterModule:
     def filters(self):
-        return {"engine_diagnosis": engine_diagnosis, "recovery_summary": recovery_summary}
+        return {"engine_diagnosis": engine_diagnosis, "recovery_summary": recovery_summary,
+                "gpu_state_brief": gpu_state_brief}

@@ -16,6 +16,7 @@ its own cache_salt, three at once.
 """
 from __future__ import annotations
 
+import base64
 import json
 import re
 import secrets
@@ -318,16 +319,38 @@ def test_other_traffic_reads_healthy_and_the_knob_under_it_degraded(play, tmp_pa
         assert "timed by the engine" in v["summary"], v["summary"]
 
 
+# A GPU host's nvidia-smi, as far as the diagnosis reads it: a real capture with SW Power Cap
+# Active (tests/fixtures/gpu-field/nvidia-smi/, its source in the folder's README), printed by a
+# stand-in on lab2 only; lab1 has none, as a host with no NVIDIA GPU.
+FAKE_SMI = "/run/vllm-fleet-test/nvidia-smi"
+POWER_CAP = (Path(__file__).resolve().parents[1] / "fixtures" / "gpu-field" / "nvidia-smi"
+             / "02_rtx_q_power_temp_perf_sw_power_cap_ACTIVE_ollama6163.txt")
+
+
 def test_slow_prefill_reads_degraded(play, tmp_path):
     """4. The slow-down: degraded with the ratio and uptime, and the restart named as the cure
-    (test_restart.py proves the cure: the rolling restart under load)."""
+    (test_restart.py proves the cure: the rolling restart under load). The same slow-down while
+    a GPU of the engine throttles (issue 43: lab2's nvidia-smi says SW Power Cap Active) reads
+    throttled: not restarted, and VllmGpuThrottled pages until the next diagnosis."""
+    capture = base64.b64encode(POWER_CAP.read_bytes()).decode()
+    on_host("lab2", f"mkdir -p {Path(FAKE_SMI).parent} && echo {capture} | base64 -d > {FAKE_SMI}.txt"
+                    f" && printf '#!/bin/sh\\ncat {FAKE_SMI}.txt\\n' > {FAKE_SMI} && chmod 755 {FAKE_SMI}")
     for host in ("lab1", "lab2"):
         lab_sh("fault", "slow-prefill", host)
     try:
+        hot = diagnose(play, tmp_path, extravars={"vllm_diagnose_nvidia_smi": FAKE_SMI})
+        wait_for(lambda: firing("VllmGpuThrottled"), 60, "VllmGpuThrottled from the throttled verdict")
+        on_host("lab2", f"rm -rf {Path(FAKE_SMI).parent}")
         v = diagnose(play, tmp_path)
+        wait_for(lambda: not firing("VllmGpuThrottled"), 60, "VllmGpuThrottled to clear after the next diagnosis")
     finally:
         for host in ("lab1", "lab2"):
             lab_sh("fault", "slow-prefill-off", host, check=False)
+        on_host("lab2", f"rm -rf {Path(FAKE_SMI).parent}")
+    assert hot["verdict"] == "throttled", hot
+    assert "while the GPU throttles: lab2: GPU 00000000:0B:00.0: SW Power Cap active at 77 C" in hot["summary"]
+    assert "not restarted: a restart cools the GPU" in hot["advice"][0]
+    assert hot["gpu"]["lab1"]["present"] is False and "not an NVIDIA host" in hot["gpu"]["lab1"]["reason"]
     assert v["verdict"] == "prefill-degraded", v
     assert v["evidence"]["ratio"] >= v["evidence"]["threshold"]
     assert "of uptime" in v["summary"] and "a restart cures this" in v["advice"][0]

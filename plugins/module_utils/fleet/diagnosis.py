@@ -10,6 +10,10 @@ and names one of ``VERDICTS``. The first rule that holds wins, in this order:
 ``wedged``            /health is 200 but a one-token completion did not come,
                       or requests run and no token was computed in the window.
 ``preempting``        vllm:num_preemptions_total rose in the window.
+``throttled``         a slow-down that would read prefill-degraded, while a GPU
+                      of the engine runs a thermal or power throttle
+                      (gpu_state_info): a restart cools the GPU for a while and
+                      cures nothing, so it is not restarted.
 ``prefill-degraded``  the probe called it degraded: quiet, or under load with
                       samples the engine timed itself (the same fixed work as
                       the baseline's). An engine that does not time its
@@ -36,12 +40,16 @@ import typing as t
 from ansible.module_utils.fleet.commands import command
 from ansible.module_utils.shared.numeric import finite
 
-VERDICTS = ("healthy", "kv-bound", "preempting", "prefill-degraded", "wedged", "down", "inconclusive")
+VERDICTS = ("healthy", "kv-bound", "preempting", "prefill-degraded", "throttled", "wedged", "down", "inconclusive")
 PASSIVE_MARGIN = 1.5
 # The -i of the commands the advice names: the caller passes its run's
 # (vllm_fleet_inventory_arg); without one, a placeholder to fill in.
 INVENTORY_ARG = "-i inventory/<site>"
 RESTART = "playbooks/rolling-restart.yml"
+THROTTLED_ADVICE = ("not restarted: a restart cools the GPU for a while and cures nothing, and the restart "
+                    "budget would burn on it. Check the cooling and the airflow, the power cap and the GPU's "
+                    "clocks (nvidia-smi -q -d PERFORMANCE,TEMPERATURE on the host named), then diagnose again "
+                    "(docs/diagnose.md, throttled)")
 RESTART_HINT = ("a restart cures this: %s restarts the engines that need it one at a time, drained, in "
                 "TP-group order, and records a new baseline (docs/restart.md)")
 
@@ -66,15 +74,18 @@ def _max(*values: t.Any) -> float | None:
 
 
 def diagnose(probe: t.Mapping, kv: t.Mapping | None = None, flags: t.Mapping | None = None,
-             context_tokens: int | None = None, engine: str = "", inventory_arg: str = INVENTORY_ARG) -> dict:
+             context_tokens: int | None = None, engine: str = "", inventory_arg: str = INVENTORY_ARG,
+             gpu: t.Mapping | None = None) -> dict:
     """The verdict for one engine: {engine, verdict, summary, evidence, advice}. The advice's
-    commands name ``inventory_arg`` (``-i <inventory>``)."""
+    commands name ``inventory_arg`` (``-i <inventory>``). ``gpu``: host -> what gpu_state_info
+    returned there (``throttled``, ``present``, ``reason``), for each of the engine's hosts read."""
     if not isinstance(probe, dict) or "verdict" not in probe:
         raise DiagnosisError("probe must be what vllm_prefill_probe returned (a dict with a verdict)")
     kv = kv if isinstance(kv, dict) else {}
     flags = flags if isinstance(flags, dict) else {}
     passive = _passive(probe)
-    evidence = _evidence(probe, kv, passive, context_tokens)
+    evidence = _evidence(probe, kv, passive, context_tokens, gpu)
+    throttle = evidence["gpu_throttled"]
     pool, context, usage = evidence["kv_cache_tokens"], evidence["context_tokens"], evidence["kv_cache_usage"]
     window = evidence["window_s"]
     inventory_arg = inventory_arg or INVENTORY_ARG
@@ -102,15 +113,16 @@ def diagnose(probe: t.Mapping, kv: t.Mapping | None = None, flags: t.Mapping | N
         return out("preempting", "%d preemption(s) in %s s: running sessions are being evicted and recomputed"
                    % (rose, window), _preemption_fix(flags))
     timed = probe.get("timed") is True
+    if throttle and (probe["verdict"] == "degraded" or _passive_degraded(probe, passive)):
+        return out("throttled", "prefill %.2fx its baseline%s while the GPU throttles: %s" % (
+            evidence["ratio"] or evidence["passive_ratio"] or 0, ", under load, timed by the engine" if timed else "",
+            throttle), THROTTLED_ADVICE)
     if probe["verdict"] == "degraded":
         return out("prefill-degraded", "%sprefill %.2fx its baseline after %s of uptime" % (
             "under load, timed by the engine, " if timed else "", evidence["ratio"] or 0,
             _duration(probe.get("uptime_s"))), restart_hint)
-    threshold = _num(probe.get("threshold"))
     passive_ratio = _num(passive.get("ratio"))
-    floor = (threshold or 0) * PASSIVE_MARGIN
-    if (probe.get("passive_judged") is not False and passive_ratio is not None and threshold
-            and passive_ratio >= floor):
+    if _passive_degraded(probe, passive):
         return out("prefill-degraded", "under load, prefill %.2fx its baseline per token (passive, over %s s) "
                    "after %s of uptime" % (passive_ratio, window, _duration(probe.get("uptime_s"))),
                    restart_hint)
@@ -141,13 +153,42 @@ def diagnose(probe: t.Mapping, kv: t.Mapping | None = None, flags: t.Mapping | N
 
 
 
+def gpu_brief(result: t.Any) -> dict:
+    """What gpu_state_info returned on one host (a loop item's result, failed or not) ->
+    {present, throttled, reason}: the figures the diagnosis and its report keep."""
+    if not isinstance(result, dict):
+        return {"present": None, "throttled": None, "reason": "no result"}
+    throttled = result.get("throttled")
+    reason = result.get("reason") or (result.get("msg") if result.get("failed") else "") or ""
+    return {"present": result.get("present") if isinstance(result.get("present"), bool) else None,
+            "throttled": throttled[:1000] if isinstance(throttled, str) and throttled else None,
+            "reason": str(reason)[:500]}
+
+
+def _passive_degraded(probe: t.Mapping, passive: t.Mapping) -> bool:
+    """An engine that does not time its requests, judged by its passive rate under load."""
+    threshold, passive_ratio = _num(probe.get("threshold")), _num(passive.get("ratio"))
+    return bool(probe.get("passive_judged") is not False and passive_ratio is not None and threshold
+                and passive_ratio >= threshold * PASSIVE_MARGIN)
+
+
+def _throttle(gpu: t.Any) -> str | None:
+    """The engine's hosts whose GPUs throttle now, with why, in one sentence; None when none does."""
+    if not isinstance(gpu, dict):
+        return None
+    parts = ["%s: %s" % (host, state["throttled"]) for host, state in sorted(gpu.items(), key=lambda i: str(i[0]))
+             if isinstance(state, dict) and isinstance(state.get("throttled"), str) and state["throttled"]]
+    return "; ".join(parts)[:2000] or None
+
+
 def _passive(probe: t.Mapping) -> dict:
     """The probe's passive reading (a dict), or an empty one."""
     passive = _get(probe, "passive")
     return passive if isinstance(passive, dict) else {}
 
 
-def _evidence(probe: t.Mapping, kv: t.Mapping, passive: t.Mapping, context_tokens: t.Any) -> dict:
+def _evidence(probe: t.Mapping, kv: t.Mapping, passive: t.Mapping, context_tokens: t.Any,
+              gpu: t.Any = None) -> dict:
     """Figures as the modules returned them, or None for one that is no finite
     number (it would raise in a message, and in the result's JSON)."""
     before, after = _get(probe, "metrics_before") or {}, _get(probe, "metrics_after") or {}
@@ -171,6 +212,7 @@ def _evidence(probe: t.Mapping, kv: t.Mapping, passive: t.Mapping, context_token
         "passive_seconds_per_token": finite(passive.get("seconds_per_token")),
         "passive_ratio": finite(passive.get("ratio")),
         "window_s": finite(passive.get("window_s")),
+        "gpu_throttled": _throttle(gpu),
     }
 
 

@@ -60,6 +60,8 @@ _SKIP = {
     "preempting": ("preempting: the running flags make it preempt, and a restart keeps them; fix the flags "
                    "({diagnose} says which) and run {engine}"),
     "inconclusive": "inconclusive is not degraded, so it is not restarted; {always} restarts anyway",
+    "throttled": ("throttled: a GPU of the engine runs a thermal or power throttle; a restart cools it for a "
+                  "while and cures nothing ({diagnose} names the host and the reason)"),
 }
 
 

@@ -235,6 +235,13 @@ def _gpu_preflight_info(run_module, tmp_path, monkeypatch):
                                                  controller_time=time.time()))
 
 
+def _gpu_state_info(run_module, tmp_path, monkeypatch):
+    import test_gpu_state_info as t
+
+    exe = t.fake_smi(tmp_path, f'cat "{t.CAPTURES / t.POWER_CAP}"\n')
+    return run_module(t.gpu_state_info, {"nvidia_smi": str(exe)})
+
+
 def _ray_cluster_info(run_module, tmp_path, monkeypatch):
     import test_ray_cluster_info as t
 
@@ -335,6 +342,7 @@ def _vllm_evidence(run_module, tmp_path, monkeypatch):
 
 RUNS = {
     "gpu_preflight_info": _gpu_preflight_info,
+    "gpu_state_info": _gpu_state_info,
     "ray_cluster_info": _ray_cluster_info,
     "ray_firewall_info": _ray_firewall_info,
     "vllm_cure_ledger": _vllm_cure_ledger,

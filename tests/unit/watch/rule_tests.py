@@ -121,8 +121,10 @@ def input_series(doc: dict, toolkit: dict) -> list:
     count = int((doc["end"] - doc["start"]) // step) + 1
     out = [{"series": _series_name(s["metric"]), "values": _values(s["values"], doc["start"], step, count)}
            for s in doc["series"] if not s["metric"]["__name__"].startswith("vllm_fleet_")]
-    for name, value in toolkit.items():
-        labels = {"__name__": name, "fleet_engine": ENGINE, "job": "node", "instance": "10.200.0.11:9100"}
+    for key, value in toolkit.items():
+        # A name, or (name, ((label, value), ...)) for a labelled series.
+        name, own = key if isinstance(key, tuple) else (key, ())
+        labels = {"__name__": name, **dict(own), "fleet_engine": ENGINE, "job": "node", "instance": "10.200.0.11:9100"}
         out.append({"series": _series_name(labels), "values": f"{value!r}x{count - 1}"})
     return out
 

@@ -57,6 +57,7 @@ DOWN = {"alertname": "VllmEngineDown", **HEAL, "instance": HEAD_API}
 NOT_CURED = {"alertname": "VllmNotCuredByRestart", "severity": "page", "fleet_engine": ENGINE}
 PREEMPTING = {"alertname": "VllmPreempting", "severity": "warning", "fleet_engine": ENGINE}
 KV_BOUND = {"alertname": "VllmKvBound", "severity": "info", "fleet_engine": ENGINE}
+THROTTLED = {"alertname": "VllmGpuThrottled", "severity": "page", "fleet_engine": ENGINE}
 
 
 def watcher_down(job, instance, **labels):
@@ -81,6 +82,10 @@ FAULTS = {
     # The seed's shape (issue 39.2): three full-context sessions on the field's 2.31-context pool,
     # two running and the third waiting, turn after turn; the pool reads 83 %, never over 90.
     "kv-bound": ("kv-bound", None, {}, [KV_BOUND], 30),
+    # The last diagnosis read throttled (a GPU's thermal or power throttle during a slow-down), as
+    # the head's textfile says it: the idle engine otherwise, whose verdict series says healthy.
+    "gpu-throttled": ("healthy-idle", None, {("vllm_fleet_verdict", (("verdict", "throttled"),)): 1},
+                      [THROTTLED], 10),
     # The restart budget spent, as the ledger's series say it.
     "budget-spent": ("healthy-idle", None, {"vllm_fleet_restart_budget_exhausted": 1}, [NOT_CURED], 10),
 }

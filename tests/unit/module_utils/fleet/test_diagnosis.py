@@ -27,7 +27,7 @@ CONTEXT = 2048
 EVIDENCE_KEYS = {"probe", "probe_reason", "ratio", "threshold", "reference", "uptime_s", "health_status",
                  "kv_cache_tokens", "full_context_sessions", "context_tokens", "kv_cache_usage", "running", "waiting",
                  "waiting_for_capacity", "preemptions_in_window", "preemptions_total", "passive_seconds_per_token",
-                 "passive_ratio", "window_s"}
+                 "passive_ratio", "window_s", "gpu_throttled"}
 
 
 def metrics(**kw) -> dict:
@@ -108,6 +108,24 @@ CASES = [
 ]
 
 
+# The GPU's own state on the engine's hosts, as gpu_state_info returns it; the throttle is the
+# sentence gpu_throttle reads from a real capture (tests/fixtures/gpu-field/nvidia-smi/02_..., SW Power Cap
+# Active).
+THROTTLE = "GPU 00000000:0B:00.0: SW Power Cap active at 77 C (slowdown at 97 C)"
+THROTTLING = {"lab1": {"present": True, "throttled": None, "reason": ""},
+              "lab2": {"present": True, "throttled": THROTTLE, "reason": ""}}
+NO_NVIDIA = {h: {"present": False, "throttled": None, "reason": "no nvidia-smi on this host"} for h in ("lab1", "lab2")}
+GPU_CASES = [
+    ("throttled-quiet", CASES[5][1], KV, None, THROTTLING, "throttled",
+     "prefill 3.00x its baseline while the GPU throttles: lab2: GPU 00000000:0B:00.0: SW Power Cap active"),
+    ("throttled-passive", CASES[6][1], KV, None, THROTTLING, "throttled",
+     "prefill 2.00x its baseline while the GPU throttles: lab2:"),
+    ("healthy-while-throttling", quiet(), KV, None, THROTTLING, "healthy", "prefill 1.02x its baseline"),
+    ("kv-bound-while-throttling", busy(**FULL), KV, None, THROTTLING, "kv-bound", "1 request(s) waiting"),
+    ("degraded-no-nvidia", CASES[5][1], KV, None, NO_NVIDIA, "prefill-degraded", "prefill 3.00x its baseline"),
+]
+
+
 @pytest.mark.parametrize("probe, kv, flags, verdict, words", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_verdicts(probe, kv, flags, verdict, words):
     v = d.diagnose(probe, kv, flags, CONTEXT, "engine_a")
@@ -122,7 +140,27 @@ def test_verdicts(probe, kv, flags, verdict, words):
 
 
 def test_every_verdict_is_reached():
-    assert {c[4] for c in CASES} == set(d.VERDICTS)
+    assert {c[4] for c in CASES} | {c[5] for c in GPU_CASES} == set(d.VERDICTS)
+
+
+@pytest.mark.parametrize("probe, kv, flags, gpu, verdict, words", [c[1:] for c in GPU_CASES],
+                         ids=[c[0] for c in GPU_CASES])
+def test_gpu_verdicts(probe, kv, flags, gpu, verdict, words):
+    v = d.diagnose(probe, kv, flags, CONTEXT, "engine_a", gpu=gpu)
+    assert v["verdict"] == verdict, v
+    assert words in v["summary"], v["summary"]
+    assert set(v["evidence"]) == EVIDENCE_KEYS
+    if verdict == "throttled":
+        assert v["evidence"]["gpu_throttled"] == "lab2: " + THROTTLE
+        assert "not restarted: a restart cools the GPU for a while and cures nothing" in v["advice"][0]
+        assert "rolling-restart" not in " ".join(v["advice"])
+
+
+@pytest.mark.parametrize("gpu", [None, [], "lab2", {"lab2": "throttled"}, {"lab2": {"throttled": 3}},
+                                 {"lab2": {"throttled": ""}}, {3: {"throttled": None}}])
+def test_a_gpu_reading_that_is_no_throttle_changes_nothing(gpu):
+    probe = CASES[5][1]
+    assert d.diagnose(probe, KV, None, CONTEXT, gpu=gpu)["verdict"] == "prefill-degraded"
 
 
 @pytest.mark.parametrize("verdict, advice", [
@@ -156,7 +194,7 @@ def test_wedged_advice_names_the_restart():
 
 # --- precedence: down > wedged > preempting > prefill-degraded > kv-bound > inconclusive > healthy ---
 
-ORDER = ["down", "wedged", "preempting", "prefill-degraded", "kv-bound", "inconclusive", "healthy"]
+ORDER = ["down", "wedged", "preempting", "throttled", "prefill-degraded", "kv-bound", "inconclusive", "healthy"]
 
 
 def everything_from(level: int) -> dict:
@@ -172,7 +210,8 @@ def everything_from(level: int) -> dict:
 
 @pytest.mark.parametrize("level", range(len(ORDER)), ids=ORDER)
 def test_precedence(level):
-    assert d.diagnose(everything_from(level), KV, {}, CONTEXT)["verdict"] == ORDER[level]
+    gpu = THROTTLING if "throttled" in ORDER[level:] else None
+    assert d.diagnose(everything_from(level), KV, {}, CONTEXT, gpu=gpu)["verdict"] == ORDER[level]
 
 
 def test_precedence_covers_every_verdict():

@@ -51,6 +51,7 @@ POLICY_CASES = [
     ("kv-bound", "skip", "kv-bound"),
     ("preempting", "skip", "fix the flags"),
     ("inconclusive", "skip", "inconclusive is not degraded"),
+    ("throttled", "skip", "a restart cools it for a while and cures nothing"),
     ("something-new", "skip", "something-new: not something a restart cures"),
 ]
 

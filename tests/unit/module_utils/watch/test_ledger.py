@@ -21,7 +21,7 @@ from ansible.module_utils.watch.errors import WatchError
 FLEET_TESTS = str(Path(__file__).resolve().parents[1] / "fleet")
 if FLEET_TESTS not in sys.path:
     sys.path.insert(0, FLEET_TESTS)
-from test_diagnosis import CASES, CONTEXT  # noqa: E402
+from test_diagnosis import CASES, CONTEXT, GPU_CASES  # noqa: E402
 
 ENGINE = "engine_lab"
 AT = "2026-12-01T03:30:00+00:00"
@@ -30,6 +30,8 @@ UTC = datetime.UTC
 DIAGNOSES: dict = {}
 for _case in CASES:
     DIAGNOSES.setdefault(_case[4], d.diagnose(_case[1], _case[2], _case[3], CONTEXT, ENGINE))
+for _case in GPU_CASES:
+    DIAGNOSES.setdefault(_case[5], d.diagnose(_case[1], _case[2], _case[3], CONTEXT, ENGINE, gpu=_case[4]))
 
 
 def reading(verdict: str = "healthy", at: str = AT, **kw) -> L.Reading:
