@@ -178,6 +178,11 @@ BAD_INPUTS = {
     "unknown-flag": (lab_args(no_such_flag=1), "has no --no-such-flag"),
     "missing-model": ({"vllm_install_model_source": "host:/srv/models/absent"}, "No model at /srv/models/absent"),
     "missing-rank": ({"vllm_fleet_rank": ""}, "or an integer vllm_fleet_rank"),
+    # An https healing-loop URL (the loop listens on plain http): refused before any play writes
+    # it into Alertmanager's config, which the watch's play once did before the loop's role refused it.
+    "heal-url-https": ({"vllm_fleet_heal_url": "https://10.200.0.1:5000/alerts"},
+                       ('vllm_fleet_heal_url, where the healing loop listens, must be empty (no loop) or http://',
+                        '(got "https://10.200.0.1:5000/alerts")', "never shown")),
     # Another version and another model (the lab's second) for the serving engine: refused
     # before any change (no undrained restart), naming both and the drained path first.
     # The version asked is the version that runs: the main lock pins 0.32.0.
@@ -195,7 +200,7 @@ BAD_INPUTS = {
 
 def test_bad_input_fails_clearly_before_any_host_changes(play):
     """Every case stops in a preflight, so they run side by side, three at a time (a preflight
-    is mostly waiting on ssh): the lab minutes of three runs for seven."""
+    is mostly waiting on ssh): the lab minutes of three runs for eight."""
     head_before = invocation("lab1", "vllm.service")
     with ThreadPoolExecutor(max_workers=3) as pool:
         runs = {case: pool.submit(play, "site.yml", extravars=extravars)
