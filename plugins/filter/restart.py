@@ -1,6 +1,7 @@
 """Filters of the rolling restart and its schedules.
 
-The logic lives in ``plugins/module_utils/fleet/restart_plan.py``,
+The logic lives in ``plugins/module_utils/fleet/restart_plan.py`` (the plan) and
+``restart_report.py`` (the checks and the report),
 ``golden.py`` and ``schedule.py``, imported at the first call.
 """
 from __future__ import annotations
@@ -31,7 +32,7 @@ def restart_plan(engines, verdicts, **kwargs):
 
 
 def restart_pool_check(before, after, tolerance):
-    return _call("fleet.restart_plan", "PlanError", "pool_check", before, after, tolerance)
+    return _call("fleet.restart_report", "PlanError", "pool_check", before, after, tolerance)
 
 
 def _plain(value):
@@ -44,16 +45,16 @@ def _plain(value):
 
 
 def restart_prefill_check(before, after, limit):
-    return _call("fleet.restart_plan", "PlanError", "prefill_check", before, after, limit)
+    return _call("fleet.restart_report", "PlanError", "prefill_check", before, after, limit)
 
 
 def restart_report(plan, results, consumers_t=None, failed=""):
-    return _call("fleet.restart_plan", "PlanError", "report", _plain(plan), _plain(results), _plain(consumers_t),
+    return _call("fleet.restart_report", "PlanError", "report", _plain(plan), _plain(results), _plain(consumers_t),
                  failed)
 
 
 def restart_report_line(report):
-    return _call("fleet.restart_plan", "PlanError", "report_line", _plain(report))
+    return _call("fleet.restart_report", "PlanError", "report_line", _plain(report))
 
 
 def golden_record_name(model_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 from ansible.module_utils.fleet import restart_plan as rp
+from ansible.module_utils.fleet import restart_report as rr
 from ansible.module_utils.fleet.restart_plan import PlanError
 
 URL1 = "http://10.0.0.1:8000/v1"
@@ -112,9 +113,9 @@ def test_a_spent_budget_holds_its_engine_and_the_others_restart():
     assert rows["e1"]["action"] == "restart" and "held" not in rows["e1"]
     assert (rows["e2"]["action"], rows["e2"]["held"], rows["e2"]["reason"]) == ("skip", True, SPENT["message"])
     assert p["held"] == [{"name": "e2", "message": SPENT["message"]}] and p["hosts"] == ["h1", "h2"]
-    report = rp.report(p, {"e1": {"outcome": "restarted"}})
+    report = rr.report(p, {"e1": {"outcome": "restarted"}})
     assert (report["outcome"], report["held"]) == ("held", ["e2"])
-    assert "e2 HELD (prefill-degraded, not cured by restart" in rp.report_line(report)
+    assert "e2 HELD (prefill-degraded, not cured by restart" in rr.report_line(report)
 
 
 def test_always_overrides_a_spent_budget_with_a_warning():
@@ -411,7 +412,7 @@ POOL = [
 
 @pytest.mark.parametrize("before,after,tolerance,ok,shrink,words", [c[1:] for c in POOL], ids=[c[0] for c in POOL])
 def test_pool_check(before, after, tolerance, ok, shrink, words):
-    got = rp.pool_check(before, after, tolerance)
+    got = rr.pool_check(before, after, tolerance)
     assert (got["before"], got["after"], got["ok"], got["shrink"]) == (before, after, ok, shrink)
     assert words in got["message"]
 
@@ -419,7 +420,7 @@ def test_pool_check(before, after, tolerance, ok, shrink, words):
 @pytest.mark.parametrize("before", [None, 0, "unknown", -1])
 def test_pool_check_unknown_before_is_ok(before):
     """A dead engine had no pool to compare with: never a failure."""
-    got = rp.pool_check(before, 4736, 0.05)
+    got = rr.pool_check(before, 4736, 0.05)
     assert got["ok"] is True
     assert got["shrink"] is None
     assert got["message"] == "KV pool 4736 tokens (none known before)"
@@ -428,13 +429,13 @@ def test_pool_check_unknown_before_is_ok(before):
 @pytest.mark.parametrize("after", [None, "4736", -1, True])
 def test_pool_check_after_not_a_number(after):
     with pytest.raises(PlanError, match="the pool after the restart must be a token count"):
-        rp.pool_check(4736, after, 0.05)
+        rr.pool_check(4736, after, 0.05)
 
 
 @pytest.mark.parametrize("tolerance", [1, 1.5, -0.01, True, "0.05", None, float("nan")])
 def test_pool_check_tolerance_out_of_range(tolerance):
     with pytest.raises(PlanError, match="the pool tolerance must be a fraction from 0 to below 1"):
-        rp.pool_check(4736, 4736, tolerance)
+        rr.pool_check(4736, 4736, tolerance)
 
 
 # --- report -------------------------------------------------------------------------------
@@ -451,7 +452,7 @@ def test_report_merges_results_per_engine():
     p = _direct_plan()
     results = {"e2": {"outcome": "restarted", "drain": "none", "downtime_s": 30.0},
                "e1": {"outcome": "restarted", "drain": "repoint", "downtime_s": 40.0}}
-    r = rp.report(p, results)
+    r = rr.report(p, results)
     rows = {e["name"]: e for e in r["engines"]}
     assert r["outcome"] == "succeeded"
     assert (r["policy"], r["mode"]) == ("when-degraded", "direct")
@@ -467,7 +468,7 @@ def test_report_merges_results_per_engine():
 
 def test_report_restart_without_result_is_not_reached():
     p = _direct_plan()
-    r = rp.report(p, {"e2": {"outcome": "restarted"}})
+    r = rr.report(p, {"e2": {"outcome": "restarted"}})
     rows = {e["name"]: e for e in r["engines"]}
     assert rows["e1"]["outcome"] == "not reached"
     assert rows["e1"]["drain"] == "repoint"
@@ -477,13 +478,13 @@ def test_report_restart_without_result_is_not_reached():
 
 @pytest.mark.parametrize("results", [None, "nothing", []])
 def test_report_without_results(results):
-    r = rp.report(_direct_plan(), results)
+    r = rr.report(_direct_plan(), results)
     assert [e["outcome"] for e in r["engines"]] == ["not reached", "not reached", "skipped"]
 
 
 def test_report_failed_engine():
     p = _direct_plan()
-    r = rp.report(p, {"e2": {"outcome": "failed", "step": "verify"}})
+    r = rr.report(p, {"e2": {"outcome": "failed", "step": "verify"}})
     assert r["outcome"] == "failed"
     assert r["failed"] == ["e2"]
     assert r["restarted"] == []
@@ -492,7 +493,7 @@ def test_report_failed_engine():
 def test_report_failed_given():
     """The play failed outside any engine's restart (vllm_restart_failed): the run failed."""
     p = _direct_plan()
-    r = rp.report(p, {"e2": {"outcome": "restarted"}, "e1": {"outcome": "restarted"}}, failed="consumers")
+    r = rr.report(p, {"e2": {"outcome": "restarted"}, "e1": {"outcome": "restarted"}}, failed="consumers")
     assert r["outcome"] == "failed"
     assert r["failed"] == []
 
@@ -503,7 +504,7 @@ def test_report_fed_engine_includes_the_consumers_time(away, back):
     p = _direct_plan()
     results = {"e1": {"outcome": "restarted", "drained_s": 5.0, "overhead_s": 10.0, "downtime_s": 40.0},
                "e2": {"outcome": "restarted", "drained_s": 3.0, "overhead_s": 7.0}}
-    r = rp.report(p, results, consumers_t={"away": away, "back": back})
+    r = rr.report(p, results, consumers_t={"away": away, "back": back})
     rows = {e["name"]: e for e in r["engines"]}
     assert rows["e1"]["drained_s"] == 70.0
     assert rows["e1"]["overhead_s"] == 75.0  # 10 + (70 - 5)
@@ -513,7 +514,7 @@ def test_report_fed_engine_includes_the_consumers_time(away, back):
 
 def test_report_fed_engine_without_old_drain():
     p = _direct_plan()
-    r = rp.report(p, {"e1": {"outcome": "restarted", "overhead_s": 10.0}},
+    r = rr.report(p, {"e1": {"outcome": "restarted", "overhead_s": 10.0}},
                   consumers_t={"away": 1000.0, "back": 1012.5})
     e1 = next(e for e in r["engines"] if e["name"] == "e1")
     assert (e1["drained_s"], e1["overhead_s"]) == (12.5, 22.5)
@@ -522,7 +523,7 @@ def test_report_fed_engine_without_old_drain():
 @pytest.mark.parametrize("consumers_t", [None, {}, {"away": 1000.0}, {"away": "x", "back": 1070.0}])
 def test_report_fed_engine_without_both_times(consumers_t):
     p = _direct_plan()
-    r = rp.report(p, {"e1": {"outcome": "restarted", "drained_s": 5.0, "overhead_s": 10.0}},
+    r = rr.report(p, {"e1": {"outcome": "restarted", "drained_s": 5.0, "overhead_s": 10.0}},
                   consumers_t=consumers_t)
     e1 = next(e for e in r["engines"] if e["name"] == "e1")
     assert (e1["drained_s"], e1["overhead_s"]) == (5.0, 10.0)
@@ -530,7 +531,7 @@ def test_report_fed_engine_without_both_times(consumers_t):
 
 def test_report_fed_engine_failed_keeps_its_numbers():
     p = _direct_plan()
-    r = rp.report(p, {"e1": {"outcome": "failed", "step": "drain", "drained_s": 5.0}},
+    r = rr.report(p, {"e1": {"outcome": "failed", "step": "drain", "drained_s": 5.0}},
                   consumers_t={"away": 1000.0, "back": 1070.0})
     e1 = next(e for e in r["engines"] if e["name"] == "e1")
     assert e1["drained_s"] == 5.0
@@ -539,7 +540,7 @@ def test_report_fed_engine_failed_keeps_its_numbers():
 @pytest.mark.parametrize("plan_", [None, {}, {"engines": "e1"}, []])
 def test_report_needs_a_plan(plan_):
     with pytest.raises(PlanError, match="the plan must be what restart_plan returned"):
-        rp.report(plan_, {})
+        rr.report(plan_, {})
 
 
 # --- report_line --------------------------------------------------------------------------
@@ -547,7 +548,7 @@ def test_report_needs_a_plan(plan_):
 def test_report_line_restarted_with_fallback():
     p = rp.plan([engine("engine_lab", ["lab1", "lab2"], URL1)], {"engine_lab": v("prefill-degraded", "prefill 2.8x")},
                 consumer_url=URL1, fallback_url=FALLBACK)
-    line = rp.report_line(rp.report(p, {"engine_lab": {"outcome": "restarted", "downtime_s": 40.0}}))
+    line = rr.report_line(rr.report(p, {"engine_lab": {"outcome": "restarted", "downtime_s": 40.0}}))
     assert line == ("vllm-fleet rolling restart succeeded, policy when-degraded: "
                     "engine_lab restarted (was prefill-degraded, drain fallback, down 40.0 s)")
     assert "\n" not in line
@@ -558,7 +559,7 @@ def test_report_line_restarted_and_skipped():
     p = rp.plan([engine("engine_lab", ["lab1", "lab2"], URL1), engine("engine_b", ["b1"], URL2)],
                 {"engine_lab": v("prefill-degraded", "prefill 2.8x"), "engine_b": v("healthy")},
                 consumer_url=URL1, fallback_url=FALLBACK)
-    line = rp.report_line(rp.report(p, {"engine_lab": {"outcome": "restarted", "downtime_s": 40.0}}))
+    line = rr.report_line(rr.report(p, {"engine_lab": {"outcome": "restarted", "downtime_s": 40.0}}))
     assert line == ("vllm-fleet rolling restart succeeded, policy when-degraded: "
                     "engine_lab restarted (was prefill-degraded, drain repoint, down 40.0 s); "
                     "engine_b skipped (healthy)")
@@ -567,9 +568,9 @@ def test_report_line_restarted_and_skipped():
 
 def test_report_line_failed():
     p = rp.plan([E1, E2], {"e1": v("down"), "e2": v("prefill-degraded")}, mode="gate")
-    r = rp.report(p, {"e1": {"outcome": "failed", "step": "start",
+    r = rr.report(p, {"e1": {"outcome": "failed", "step": "start",
                              "error": "Ray did not form\nline two of the error"}})
-    line = rp.report_line(r)
+    line = rr.report_line(r)
     assert line.startswith("vllm-fleet rolling restart failed, policy when-degraded: ")
     assert "e1 FAILED at start" in line
     assert "e2 not reached" in line
@@ -581,18 +582,18 @@ def test_report_line_restarted_without_downtime():
     r = {"outcome": "succeeded", "policy": "always",
          "engines": [{"name": "e1", "outcome": "restarted", "verdict": "healthy", "drain": "gate-drain",
                       "downtime_s": None}, "not a dict"]}
-    assert rp.report_line(r) == ("vllm-fleet rolling restart succeeded, policy always: "
+    assert rr.report_line(r) == ("vllm-fleet rolling restart succeeded, policy always: "
                                  "e1 restarted (was healthy, drain gate-drain)")
 
 
 def test_report_line_no_engines():
-    assert rp.report_line({}) == "vllm-fleet rolling restart ?, policy ?"
+    assert rr.report_line({}) == "vllm-fleet rolling restart ?, policy ?"
 
 
 @pytest.mark.parametrize("report", [None, "report", []])
 def test_report_line_needs_a_dict(report):
     with pytest.raises(PlanError, match="the report must be"):
-        rp.report_line(report)
+        rr.report_line(report)
 
 
 # --- what a stopped run left behind ---------------------------------------------------------------
@@ -711,7 +712,7 @@ MARKS = {"drain": "1000.0", "stop": "1002.5", "start": "1010.0", "ready": "1050.
 
 
 def test_timings_from_the_moments():
-    assert rp.timings(MARKS, "35.04") == {
+    assert rr.timings(MARKS, "35.04") == {
         "drained_s": 51.0,      # drain to back
         "downtime_s": 47.5,     # Ray's stop to ready
         "ray_s": 7.5,           # stop to the server's start
@@ -729,7 +730,7 @@ def test_timings_from_the_moments():
 ])
 def test_timings_need_every_moment(marks, boot, missing):
     with pytest.raises(rp.PlanError, match="missing: " + missing):
-        rp.timings(marks, boot)
+        rr.timings(marks, boot)
 
 
 def test_report_turns_the_moments_into_the_figures():
@@ -738,7 +739,7 @@ def test_report_turns_the_moments_into_the_figures():
     p = _direct_plan()
     results = {"e2": {"outcome": "restarted", "marks": MARKS, "engine_boot_s": "35.04"},
                "e1": {"outcome": "restarted", "marks": MARKS, "engine_boot_s": 35}}
-    r = rp.report(p, results, consumers_t={"away": 990.0, "back": 1070.0})
+    r = rr.report(p, results, consumers_t={"away": 990.0, "back": 1070.0})
     rows = {e["name"]: e for e in r["engines"]}
     assert "marks" not in rows["e2"]
     assert {k: rows["e2"][k] for k in ("drained_s", "downtime_s", "ray_s", "checks_s", "overhead_s")} == {
@@ -798,25 +799,25 @@ def test_an_upgrade_refuses_changes_that_are_no_mapping_of_engines(changes, mess
     (0, 0, True, "no baseline before and after"),
 ])
 def test_prefill_check_against_the_old_baseline(before, after, ok, words):
-    result = rp.prefill_check(before, after, 1.5)
+    result = rr.prefill_check(before, after, 1.5)
     assert result["ok"] is ok and words in result["message"]
 
 
 @pytest.mark.parametrize("limit", [0.9, None, "x", float("nan"), True])
 def test_prefill_check_refuses_a_limit_below_one(limit):
     with pytest.raises(PlanError, match="the prefill limit must be a ratio of 1 or more"):
-        rp.prefill_check(0.001, 0.001, limit)
+        rr.prefill_check(0.001, 0.001, limit)
 
 
 def test_a_rolled_back_upgrade_reports_so():
     p = rp.plan([E1, E2], {"e1": v("healthy"), "e2": v("healthy")}, mode="gate",
                 changes={"e1": "a -> b", "e2": "a -> b"})
-    r = rp.report(p, {"e1": {"outcome": "rolled back", "step": "prove the candidate", "rollback_s": 61.24}})
+    r = rr.report(p, {"e1": {"outcome": "rolled back", "step": "prove the candidate", "rollback_s": 61.24}})
     assert r["outcome"] == "rolled back" and r["rolled_back"] == ["e1"] and r["failed"] == []
     assert [e["outcome"] for e in r["engines"]] == ["rolled back", "not reached"]
-    assert rp.report_line(r) == ("vllm-fleet upgrade rolled back, policy upgrade: e1 ROLLED BACK (the candidate failed "
+    assert rr.report_line(r) == ("vllm-fleet upgrade rolled back, policy upgrade: e1 ROLLED BACK (the candidate failed "
                                  "at prove the candidate, back in 61.2 s); e2 not reached")
-    r = rp.report(p, {"e1": {"outcome": "rolled back"}, "e2": {"outcome": "failed", "step": "roll back"}})
+    r = rr.report(p, {"e1": {"outcome": "rolled back"}, "e2": {"outcome": "failed", "step": "roll back"}})
     assert r["outcome"] == "failed"
 
 
@@ -832,10 +833,10 @@ def test_an_upgrade_restarts_an_engine_on_the_candidate_that_does_not_serve(verd
 def test_report_a_result_without_a_known_outcome_is_a_failure_that_says_so(result):
     """A restart's bookkeeping that broke part way (no outcome recorded): the report fails the
     engine and the run, names the step when it was recorded, and never counts it restarted."""
-    r = rp.report(_direct_plan(), {"e2": result, "e1": {"outcome": "restarted"}})
+    r = rr.report(_direct_plan(), {"e2": result, "e1": {"outcome": "restarted"}})
     rows = {e["name"]: e for e in r["engines"]}
     assert rows["e2"]["outcome"] == "failed" and r["outcome"] == "failed", r
     assert r["failed"] == ["e2"] and r["restarted"] == ["e1"]
     assert rows["e2"]["step"] == result.get("step", "recording its result")
     assert rows["e2"]["error"].startswith("its restart recorded no known outcome (")
-    assert "e2 FAILED at" in rp.report_line(r)
+    assert "e2 FAILED at" in rr.report_line(r)

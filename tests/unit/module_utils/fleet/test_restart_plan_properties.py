@@ -17,6 +17,7 @@ import json
 
 import pytest
 from ansible.module_utils.fleet import restart_plan as rp
+from ansible.module_utils.fleet import restart_report as rr
 from ansible.module_utils.fleet import schedule
 from filter_plugins import load_filters
 from hostile import OUT_OF_RANGE, out_of_range
@@ -67,7 +68,7 @@ def test_plan_raises_only_plan_error(value):
 @given(out_of_range(), out_of_range(), out_of_range())
 def test_pool_check_raises_only_plan_error(before, after, tolerance):
     for args in ((before, after, tolerance), (before, 1000, 0.05), (1000, after, 0.05), (1000, 900, tolerance)):
-        result = raises_plan_error_only(lambda args=args: rp.pool_check(*args))
+        result = raises_plan_error_only(lambda args=args: rr.pool_check(*args))
         if result is not None:
             assert result["message"].startswith("KV pool")
 
@@ -77,8 +78,8 @@ def test_pool_check_raises_only_plan_error(before, after, tolerance):
 def test_report_and_its_line_raise_nothing_on_numbers(moved, recorded):
     plan_ = rp.plan([E1], {"e1": {"verdict": "down"}}, consumer_url=E1["api_url"])
     result = dict({"outcome": "restarted"}, **recorded)
-    report = rp.report(plan_, {"e1": result}, moved)
-    line = rp.report_line(report)
+    report = rr.report(plan_, {"e1": result}, moved)
+    line = rr.report_line(report)
     assert line.startswith("vllm-fleet rolling restart ")
     assert "inf" not in line and "nan" not in line
 
@@ -90,7 +91,7 @@ def test_each_number_past_range(value):
     for fn in plans(value):
         raises_plan_error_only(fn)
     for args in ((value, 1000, 0.05), (1000, value, 0.05), (1000, 900, value)):
-        raises_plan_error_only(lambda args=args: rp.pool_check(*args))
+        raises_plan_error_only(lambda args=args: rr.pool_check(*args))
 
 
 @pytest.mark.parametrize("value, words", [
@@ -101,14 +102,14 @@ def test_a_number_past_range_is_refused_with_the_value_cut(value, words):
     with pytest.raises(rp.PlanError, match="vllm_restart_expected_s must be a positive number of seconds, " + words):
         rp.plan([E1], {"e1": {"verdict": "down"}}, expected_restart_s=value)
     with pytest.raises(rp.PlanError, match="the pool after the restart must be a token count, " + words):
-        rp.pool_check(1000, value, 0.05)
+        rr.pool_check(1000, value, 0.05)
     with pytest.raises(rp.PlanError, match="the pool tolerance must be a fraction from 0 to below 1, " + words):
-        rp.pool_check(1000, 900, value)
+        rr.pool_check(1000, 900, value)
 
 
 def test_a_pool_before_past_range_is_none_known():
     for before in (10 ** 5000, float("inf"), float("nan"), 10 ** 400):
-        check = rp.pool_check(before, 4736, 0.05)
+        check = rr.pool_check(before, 4736, 0.05)
         assert (check["before"], check["ok"]) == (None, True)
         assert check["message"] == "KV pool 4736 tokens (none known before)"
 
@@ -139,7 +140,7 @@ def test_the_filters_raise_only_their_error(value, rotate):
 @given(out_of_range(), out_of_range(), out_of_range())
 def test_prefill_check_raises_only_plan_error(before, after, limit):
     for args in ((before, after, limit), (before, 0.001, 1.5), (0.001, after, 1.5), (0.001, 0.001, limit)):
-        result = raises_plan_error_only(lambda args=args: rp.prefill_check(*args))
+        result = raises_plan_error_only(lambda args=args: rr.prefill_check(*args))
         if result is not None:
             assert result["message"].startswith("prefill")
 
@@ -153,12 +154,12 @@ def test_an_upgrade_plan_raises_only_plan_error_on_any_change(change):
 @given(st.dictionaries(st.sampled_from(["e1", "e9", 3]),
                        st.one_of(st.none(), st.text(max_size=5), st.dictionaries(
                            st.sampled_from(["outcome", "step", "marks", "downtime_s"]),
-                           st.one_of(st.none(), st.text(max_size=12), st.sampled_from(rp.RESULT_OUTCOMES),
+                           st.one_of(st.none(), st.text(max_size=12), st.sampled_from(rr.RESULT_OUTCOMES),
                                      st.floats(allow_nan=False, allow_infinity=False), st.lists(st.none()))))))
 def test_report_of_any_results_raises_only_plan_error(results):
     """Whatever the restarts recorded: a report whose every engine has an outcome, or PlanError."""
     plan_ = rp.plan([E1], {"e1": {"verdict": "down"}}, consumer_url=E1["api_url"])
-    report = raises_plan_error_only(lambda: rp.report(plan_, results))
+    report = raises_plan_error_only(lambda: rr.report(plan_, results))
     if report is not None:
         assert all(e["outcome"] for e in report["engines"])
-        raises_plan_error_only(lambda: rp.report_line(report))
+        raises_plan_error_only(lambda: rr.report_line(report))
