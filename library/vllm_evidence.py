@@ -162,22 +162,10 @@ def _run(module, argv, timeout):
     return rc, (out + (("\n" + err) if err.strip() else ""))[:MAX_FILE]
 
 
-def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    p = module.params
-    host = socket.gethostname().split(".")[0]
-    try:
-        secrets = evidence.secrets_of(p["secrets"])
-        name = evidence.bundle_name(p["engine"], host, datetime.datetime.now(datetime.UTC))
-    except WatchError as exc:
-        module.fail_json(msg="cannot keep engine %s's evidence: %s" % (p["engine"], exc))
-    bundle = os.path.join(p["dest_dir"], name + ".tar.gz")
-    if module.check_mode:
-        module.exit_json(changed=True, bundle=bundle, files=[], processes=[], missing=[],
-                         msg="check mode: would keep %s" % bundle)
-    files, missing, procs = {}, [], []
+def _listed(module, units: list, missing: list) -> list:
+    """(pid, argv) of every process in the units' control groups; what could not be read goes to ``missing``."""
     listed = []
-    for unit in p["units"]:
+    for unit in units:
         pids = _unit_pids(module, unit)
         if pids is None:
             missing.append("%s: systemd knows no control group for it (not running here)" % unit)
@@ -189,25 +177,29 @@ def main():
                 listed.append((pid, read_proc_cmdline(pid)))
             except SourceError:  # gone since the group was read, or a zombie
                 continue
-    files["processes.txt"] = "".join("%d %s\n" % (pid, " ".join(argv)) for pid, argv in listed)
-    try:
-        procs = evidence.python_processes(listed)
-    except WatchError as exc:
-        module.fail_json(msg="cannot keep engine %s's evidence: %s" % (p["engine"], exc))
+    return listed
+
+
+def _stacks(module, p: dict, procs: list, files: dict, missing: list) -> None:
+    """py-spy's dump of each Python process, as stacks-<pid>.txt."""
     if not os.access(p["py_spy"], os.X_OK):
         missing.append(
             "stacks: %s is not there (roles/vllm_install puts py-spy in vllm_fleet_tools_venv)" % p["py_spy"])
-    else:
-        for pid, _command in procs:
-            rc, out = _run(module, [p["py_spy"], "dump", "--pid", str(pid)], p["timeout"])
-            if rc != 0:
-                # A stopped process (a wedge's engine core, SIGSTOPped) cannot be suspended: read
-                # it without suspending, which is the stack that matters most.
-                rc, again = _run(module, [p["py_spy"], "dump", "--nonblocking", "--pid", str(pid)], p["timeout"])
-                out += "\n--- again with --nonblocking (the process could not be suspended) ---\n" + again
-            files["stacks-%d.txt" % pid] = out
-            if rc != 0:
-                missing.append("stacks of %d: py-spy exited %d (see stacks-%d.txt)" % (pid, rc, pid))
+        return
+    for pid, _command in procs:
+        rc, out = _run(module, [p["py_spy"], "dump", "--pid", str(pid)], p["timeout"])
+        if rc != 0:
+            # A stopped process (a wedge's engine core, SIGSTOPped) cannot be suspended: read
+            # it without suspending, which is the stack that matters most.
+            rc, again = _run(module, [p["py_spy"], "dump", "--nonblocking", "--pid", str(pid)], p["timeout"])
+            out += "\n--- again with --nonblocking (the process could not be suspended) ---\n" + again
+        files["stacks-%d.txt" % pid] = out
+        if rc != 0:
+            missing.append("stacks of %d: py-spy exited %d (see stacks-%d.txt)" % (pid, rc, pid))
+
+
+def _host(module, p: dict, files: dict, missing: list) -> None:
+    """The units' journal, the host's memory and pressure, and the GPU's state."""
     units = [w for u in p["units"] for w in ("-u", u)]
     rc, out = _run(module, ["journalctl", "--no-pager", "-o", "short-iso", "-n", str(p["journal_lines"])] + units,
                     p["timeout"])
@@ -228,8 +220,11 @@ def main():
         _rc, files["gpu.txt"] = _run(module, [smi, "-q"], p["timeout"])
     else:
         missing.append("gpu: no nvidia-smi on this host")
-    files["missing.txt"] = "".join(line + "\n" for line in missing)
-    os.makedirs(p["dest_dir"], mode=0o700, exist_ok=True)
+
+
+def _write(bundle: str, name: str, files: dict, secrets) -> None:
+    """The bundle, 0600, its secrets masked, written whole or not at all (a temporary file, then a rename)."""
+    os.makedirs(os.path.dirname(bundle), mode=0o700, exist_ok=True)
     tmp = bundle + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
@@ -240,6 +235,32 @@ def main():
             info.mtime = int(datetime.datetime.now().timestamp())
             tar.addfile(info, io.BytesIO(data))
     os.replace(tmp, bundle)
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    p = module.params
+    host = socket.gethostname().split(".")[0]
+    try:
+        secrets = evidence.secrets_of(p["secrets"])
+        name = evidence.bundle_name(p["engine"], host, datetime.datetime.now(datetime.UTC))
+    except WatchError as exc:
+        module.fail_json(msg="cannot keep engine %s's evidence: %s" % (p["engine"], exc))
+    bundle = os.path.join(p["dest_dir"], name + ".tar.gz")
+    if module.check_mode:
+        module.exit_json(changed=True, bundle=bundle, files=[], processes=[], missing=[],
+                         msg="check mode: would keep %s" % bundle)
+    files, missing = {}, []
+    listed = _listed(module, p["units"], missing)
+    files["processes.txt"] = "".join("%d %s\n" % (pid, " ".join(argv)) for pid, argv in listed)
+    try:
+        procs = evidence.python_processes(listed)
+    except WatchError as exc:
+        module.fail_json(msg="cannot keep engine %s's evidence: %s" % (p["engine"], exc))
+    _stacks(module, p, procs, files, missing)
+    _host(module, p, files, missing)
+    files["missing.txt"] = "".join(line + "\n" for line in missing)
+    _write(bundle, name, files, secrets)
     module.exit_json(changed=True, bundle=bundle, files=sorted(files),
                      processes=[{"pid": pid, "command": command} for pid, command in procs], missing=missing,
                      msg="%s: %d files, the stacks of %d processes%s" % (

@@ -152,21 +152,8 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
     gate; those that do not restart are in ``undrain``. ``left`` says, a line
     each, what was found and what happens to it.
     """
-    if policy not in POLICIES:
-        raise PlanError("restart_policy must be one of %s, got %s" % (", ".join(POLICIES), shown(policy)))
-    if mode not in MODES:
-        raise PlanError("the serving mode must be one of %s, got %s" % (", ".join(MODES), shown(mode)))
-    accept = _flag("restart_accept_outage", accept_outage)
-    for name, value in (("consumer_url", consumer_url), ("fallback_url", fallback_url)):
-        if not isinstance(value, str):
-            raise PlanError("%s must be a URL string, got %s" % (name, shown(value)))
-    if not isinstance(verdicts, dict):
-        raise PlanError("verdicts must map each engine's name to its diagnosis")
-    expected = _positive("vllm_restart_expected_s", expected_restart_s)
-    margin = _positive("vllm_restart_hold_margin_s", hold_margin_s)
-    gate = dict(gate or {})
-    limits = [x for x in (_optional_limit("the gate's queue timeout", gate.get("queue_timeout_s")),
-                          _optional_limit("the gate's longest hold", gate.get("max_hold_s"))) if x is not None]
+    accept, expected, margin, gate, limits = _settings(policy, mode, accept_outage, consumer_url, fallback_url,
+                                                       verdicts, expected_restart_s, hold_margin_s, gate)
     records = _engines(engines)
     named = _only(only, [e["name"] for e in records])
     rows = _rows(records, verdicts, policy, named, inventory_arg)
@@ -179,10 +166,7 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
     def is_consumers_engine(r: dict) -> bool:
         return mode == "direct" and bool(consumer_url) and _same_url(consumer_url, r["api_url"])
 
-    todo = [r for r in rows if r["action"] == "restart"]
-    others_first = [r for r in todo if not is_consumers_engine(r)]
-    order = ([r for r in others_first if not r["serving"]] + [r for r in others_first if r["serving"]]
-             + [r for r in todo if is_consumers_engine(r)])
+    order = _order(rows, is_consumers_engine)
     refused: list[str] = []
     restarted: list[str] = []
     for r in order:
@@ -203,6 +187,36 @@ def plan(engines: t.Any, verdicts: t.Any, policy: t.Any = "when-degraded", accep
         "back": back, "undrain": undrain, "left": left,
         "refused": refused, "held": held, "warnings": warnings,
     }
+
+
+def _settings(policy: t.Any, mode: t.Any, accept_outage: t.Any, consumer_url: t.Any, fallback_url: t.Any,
+              verdicts: t.Any, expected_restart_s: t.Any, hold_margin_s: t.Any, gate: t.Mapping | None) -> tuple:
+    """plan()'s settings checked: (accept, expected_s, margin_s, gate, the gate's limits)."""
+    if policy not in POLICIES:
+        raise PlanError("restart_policy must be one of %s, got %s" % (", ".join(POLICIES), shown(policy)))
+    if mode not in MODES:
+        raise PlanError("the serving mode must be one of %s, got %s" % (", ".join(MODES), shown(mode)))
+    accept = _flag("restart_accept_outage", accept_outage)
+    for name, value in (("consumer_url", consumer_url), ("fallback_url", fallback_url)):
+        if not isinstance(value, str):
+            raise PlanError("%s must be a URL string, got %s" % (name, shown(value)))
+    if not isinstance(verdicts, dict):
+        raise PlanError("verdicts must map each engine's name to its diagnosis")
+    expected = _positive("vllm_restart_expected_s", expected_restart_s)
+    margin = _positive("vllm_restart_hold_margin_s", hold_margin_s)
+    gate = dict(gate or {})
+    limits = [x for x in (_optional_limit("the gate's queue timeout", gate.get("queue_timeout_s")),
+                          _optional_limit("the gate's longest hold", gate.get("max_hold_s"))) if x is not None]
+    return accept, expected, margin, gate, limits
+
+
+def _order(rows: list[dict], is_consumers_engine: t.Callable[[dict], bool]) -> list[dict]:
+    """The restarts in order: engines that do not serve first (they add no outage, and the ones
+    after can drain onto them), then the serving ones, the consumers' own engine last."""
+    todo = [r for r in rows if r["action"] == "restart"]
+    others_first = [r for r in todo if not is_consumers_engine(r)]
+    return ([r for r in others_first if not r["serving"]] + [r for r in others_first if r["serving"]]
+            + [r for r in todo if is_consumers_engine(r)])
 
 
 def _budgets(rows: list[dict], budgets: t.Any) -> tuple[list[dict], list[str]]:
