@@ -159,7 +159,10 @@ def gpu_brief(result: t.Any) -> dict:
     if not isinstance(result, dict):
         return {"present": None, "throttled": None, "reason": "no result"}
     throttled = result.get("throttled")
-    reason = result.get("reason") or (result.get("msg") if result.get("failed") else "") or ""
+    reason = result.get("reason") or (result.get("msg") if result.get("failed") or result.get("unreachable")
+                                      else "") or ""
+    if result.get("unreachable"):
+        reason = "unreachable: %s" % reason
     return {"present": result.get("present") if isinstance(result.get("present"), bool) else None,
             "throttled": throttled[:1000] if isinstance(throttled, str) and throttled else None,
             "reason": str(reason)[:500]}

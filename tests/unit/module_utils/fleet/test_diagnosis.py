@@ -156,6 +156,16 @@ def test_gpu_verdicts(probe, kv, flags, gpu, verdict, words):
         assert "rolling-restart" not in " ".join(v["advice"])
 
 
+def test_gpu_brief_keeps_what_the_diagnosis_shows():
+    assert d.gpu_brief({"present": True, "throttled": THROTTLE, "reason": "", "gpus": [{}]}) == {
+        "present": True, "throttled": THROTTLE, "reason": ""}
+    assert d.gpu_brief({"unreachable": True, "msg": "Failed to connect to the host via ssh"}) == {
+        "present": None, "throttled": None, "reason": "unreachable: Failed to connect to the host via ssh"}
+    assert d.gpu_brief({"failed": True, "msg": "MODULE FAILURE"})["reason"] == "MODULE FAILURE"
+    assert d.gpu_brief({"present": True, "throttled": "", "reason": ""})["throttled"] is None
+    assert d.gpu_brief(None) == {"present": None, "throttled": None, "reason": "no result"}
+
+
 @pytest.mark.parametrize("gpu", [None, [], "lab2", {"lab2": "throttled"}, {"lab2": {"throttled": 3}},
                                  {"lab2": {"throttled": ""}}, {3: {"throttled": None}}])
 def test_a_gpu_reading_that_is_no_throttle_changes_nothing(gpu):
@@ -366,7 +376,7 @@ def test_the_probe_is_not_changed():
 # --- the filter ----------------------------------------------------------------------------
 
 def test_filter_is_registered():
-    assert set(FILTERS) == {"engine_diagnosis", "recovery_summary"}
+    assert set(FILTERS) == {"engine_diagnosis", "recovery_summary", "gpu_state_brief"}
 
 
 def test_filter_is_diagnose():
