@@ -86,15 +86,14 @@ def main():
     module = AnsibleModule(argument_spec={"nvidia_smi": {"type": "str", "default": "nvidia-smi"},
                                           "timeout": {"type": "int", "default": 20}},
                            supports_check_mode=True)
+    if module.params["timeout"] < 1:
+        module.fail_json(msg="timeout must be 1 second or more, got %d" % module.params["timeout"])
     name = module.params["nvidia_smi"]
     smi = name if os.sep in name else module.get_bin_path(name)
     out = {"changed": False, "present": False, "throttled": None, "reason": "", "gpus": []}
     if not smi or not os.access(smi, os.X_OK):
-        module.exit_json(**dict(out, reason="no %s here: not an NVIDIA host"
-                                % name))
+        module.exit_json(**dict(out, reason="no %s here: not an NVIDIA host" % name))
     out["present"] = True
-    if module.params["timeout"] < 1:
-        module.fail_json(msg="timeout must be 1 second or more, got %d" % module.params["timeout"])
     try:
         rc, stdout, stderr = module.run_command(["timeout", str(module.params["timeout"]), smi] + ARGS)
     except OSError as exc:

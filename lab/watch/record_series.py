@@ -84,7 +84,9 @@ def run(step: tuple) -> None:
         on_host(step[1], step[2])
     elif step[0] == "load":
         # lab/traffic/shapes.py's shape, sent from here with the official openai client.
-        sys.path[:0] = [str(ROOT / "lab" / "traffic"), str(ROOT / "tests" / "integration")]
+        for path in (str(ROOT / "lab" / "traffic"), str(ROOT / "tests" / "integration")):
+            if path not in sys.path:
+                sys.path.insert(0, path)
         from labtools import engine_key
         from shapes import Load
 

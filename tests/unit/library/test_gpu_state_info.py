@@ -79,3 +79,8 @@ def test_a_path_is_run_as_given(tmp_path, run_module):
     exe = fake_smi(tmp_path, f'cat "{CAPTURES / POWER_CAP}"\n')
     r = run_module(gpu_state_info, {"nvidia_smi": str(exe)})
     assert r["throttled"].startswith("GPU 00000000:0B:00.0: SW Power Cap active")
+
+
+def test_a_timeout_under_a_second_is_refused_whatever_the_host(bin_dir, run_module):
+    r = run_module(gpu_state_info, {"timeout": 0})
+    assert r["failed"] and r["msg"] == "timeout must be 1 second or more, got 0"
