@@ -162,6 +162,12 @@ def _result(got: t.Any) -> dict:
                      % brief(got.get("outcome"))}
 
 
+def _timed(text: str, seconds: t.Any, figure: str) -> str:
+    """``text``, the ``figure`` of ``seconds`` when they are a number, and the closing parenthesis."""
+    number = finite_float(seconds)
+    return text + ("" if number is None else figure % number) + ")"
+
+
 def report_line(report: t.Any) -> str:
     """The one-line summary of a run, for syslog or a log file."""
     if not isinstance(report, dict):
@@ -172,17 +178,13 @@ def report_line(report: t.Any) -> str:
             continue
         outcome = e.get("outcome")
         if outcome == "restarted":
-            bits = ["%s restarted (was %s, drain %s" % (e.get("name"), e.get("verdict"), e.get("drain"))]
-            if finite_float(e.get("downtime_s")) is not None:
-                bits.append(", down %.1f s" % finite_float(e["downtime_s"]))
-            parts.append("".join(bits) + ")")
+            parts.append(_timed("%s restarted (was %s, drain %s" % (e.get("name"), e.get("verdict"), e.get("drain")),
+                                e.get("downtime_s"), ", down %.1f s"))
         elif outcome == "failed":
             parts.append("%s FAILED at %s" % (e.get("name"), e.get("step")))
         elif outcome == "rolled back":
-            bits = ["%s ROLLED BACK (the candidate failed at %s" % (e.get("name"), e.get("step"))]
-            if finite_float(e.get("rollback_s")) is not None:
-                bits.append(", back in %.1f s" % finite_float(e["rollback_s"]))
-            parts.append("".join(bits) + ")")
+            parts.append(_timed("%s ROLLED BACK (the candidate failed at %s" % (e.get("name"), e.get("step")),
+                                e.get("rollback_s"), ", back in %.1f s"))
         elif outcome == "skipped":
             parts.append("%s skipped (%s)" % (e.get("name"), e.get("verdict")))
         elif outcome == "held":
